@@ -1,0 +1,836 @@
+// Package sqlite is the embedded store backend: one SQLite file in WAL mode
+// (modernc.org/sqlite, pure Go). All writes go through one connection, so
+// every write transaction is serialized and sequence numbers follow commit
+// order; reads use a small pool of their own.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/store"
+)
+
+// Store implements store.Store on SQLite.
+type Store struct {
+	w *sql.DB // one writer connection, BEGIN IMMEDIATE
+	r *sql.DB // readers
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Options tune the backend.
+type Options struct {
+	// Synchronous is SQLite's synchronous pragma: "NORMAL" (default) keeps
+	// every committed write across a crash of the process; "FULL" also
+	// across power loss, at a cost in write rate.
+	Synchronous string
+}
+
+// Open opens (creating if needed) the database file at path.
+func Open(ctx context.Context, path string, opt Options) (*Store, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("sqlite store: create dir: %w", err)
+		}
+	}
+	sync := strings.ToUpper(opt.Synchronous)
+	if sync == "" {
+		sync = "NORMAL"
+	}
+	if sync != "NORMAL" && sync != "FULL" {
+		return nil, fmt.Errorf("sqlite store: synchronous must be NORMAL or FULL, not %q", opt.Synchronous)
+	}
+	dsn := func(txlock string) string {
+		q := url.Values{}
+		for _, p := range []string{"journal_mode(WAL)", "synchronous(" + sync + ")", "busy_timeout(10000)", "foreign_keys(1)"} {
+			q.Add("_pragma", p)
+		}
+		q.Set("_txlock", txlock)
+		return "file:" + path + "?" + q.Encode()
+	}
+	w, err := sql.Open("sqlite", dsn("immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	if _, err := w.ExecContext(ctx, schema); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite store: create schema in %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", dsn("deferred"))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite store: open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
+	return &Store{w: w, r: r}, nil
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS rollouts (
+	seq INTEGER PRIMARY KEY AUTOINCREMENT,
+	id TEXT NOT NULL UNIQUE,
+	group_id TEXT NOT NULL DEFAULT '',
+	task BLOB NOT NULL,
+	mode TEXT NOT NULL,
+	metadata BLOB,
+	timeout_s REAL NOT NULL DEFAULT 0,
+	max_attempts INTEGER NOT NULL DEFAULT 1,
+	unresponsive_s REAL NOT NULL DEFAULT 0,
+	status TEXT NOT NULL,
+	num_attempts INTEGER NOT NULL DEFAULT 0,
+	error TEXT NOT NULL DEFAULT '',
+	reward REAL,
+	reward_data BLOB,
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL,
+	terminal_seq INTEGER
+);
+CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status, seq);
+CREATE INDEX IF NOT EXISTS rollouts_group ON rollouts(group_id, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS rollouts_terminal ON rollouts(terminal_seq) WHERE terminal_seq IS NOT NULL;
+CREATE TABLE IF NOT EXISTS attempts (
+	id TEXT PRIMARY KEY,
+	rollout_id TEXT NOT NULL REFERENCES rollouts(id),
+	number INTEGER NOT NULL,
+	worker_id TEXT NOT NULL DEFAULT '',
+	status TEXT NOT NULL,
+	key_hash BLOB NOT NULL,
+	started_at INTEGER NOT NULL,
+	last_heartbeat INTEGER NOT NULL,
+	ended_at INTEGER,
+	error TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS attempts_rollout ON attempts(rollout_id, number);
+CREATE INDEX IF NOT EXISTS attempts_running ON attempts(status) WHERE status = 'running';
+CREATE TABLE IF NOT EXISTS events (
+	seq INTEGER PRIMARY KEY AUTOINCREMENT,
+	rollout_id TEXT NOT NULL,
+	attempt_id TEXT NOT NULL,
+	type TEXT NOT NULL,
+	time INTEGER NOT NULL,
+	data BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_rollout ON events(rollout_id, seq);
+CREATE TABLE IF NOT EXISTS models (
+	name TEXT NOT NULL,
+	version INTEGER NOT NULL,
+	endpoints TEXT NOT NULL DEFAULT '[]',
+	weights TEXT NOT NULL DEFAULT '',
+	metadata BLOB,
+	created_at INTEGER NOT NULL,
+	PRIMARY KEY (name, version)
+);
+`
+
+// Close closes the database.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+func ts(t time.Time) int64 { return t.UnixNano() }
+
+func fromTS(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+func now() time.Time { return time.Now().UTC() }
+
+func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite store: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite store: commit: %w", err)
+	}
+	return nil
+}
+
+const rolloutCols = `seq, id, group_id, task, mode, metadata, timeout_s, max_attempts, unresponsive_s,
+	status, num_attempts, error, reward, reward_data, created_at, updated_at, terminal_seq`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRollout(sc scanner) (store.Rollout, error) {
+	var r store.Rollout
+	var task, meta, rdata []byte
+	var reward sql.NullFloat64
+	var created, updated int64
+	var term sql.NullInt64
+	var mode, status string
+	err := sc.Scan(&r.Seq, &r.ID, &r.GroupID, &task, &mode, &meta, &r.Config.TimeoutSeconds,
+		&r.Config.MaxAttempts, &r.Config.UnresponsiveSeconds, &status, &r.NumAttempts, &r.Error,
+		&reward, &rdata, &created, &updated, &term)
+	if err != nil {
+		return r, err
+	}
+	r.Task = json.RawMessage(task)
+	if len(meta) > 0 {
+		r.Metadata = json.RawMessage(meta)
+	}
+	if len(rdata) > 0 {
+		r.RewardData = json.RawMessage(rdata)
+	}
+	if reward.Valid {
+		v := reward.Float64
+		r.Reward = &v
+	}
+	r.Mode = store.Mode(mode)
+	r.Status = store.RolloutStatus(status)
+	r.CreatedAt, r.UpdatedAt = fromTS(created), fromTS(updated)
+	r.TerminalSeq = term.Int64
+	return r, nil
+}
+
+const attemptCols = `id, rollout_id, number, worker_id, status, started_at, last_heartbeat, ended_at, error`
+
+func scanAttempt(sc scanner) (store.Attempt, error) {
+	var a store.Attempt
+	var st string
+	var started, hb int64
+	var ended sql.NullInt64
+	if err := sc.Scan(&a.ID, &a.RolloutID, &a.Number, &a.WorkerID, &st, &started, &hb, &ended, &a.Error); err != nil {
+		return a, err
+	}
+	a.Status = store.AttemptStatus(st)
+	a.StartedAt, a.LastHeartbeat = fromTS(started), fromTS(hb)
+	if ended.Valid {
+		t := fromTS(ended.Int64)
+		a.EndedAt = &t
+	}
+	return a, nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+func getRollout(ctx context.Context, q querier, id string) (store.Rollout, error) {
+	r, err := scanRollout(q.QueryRowContext(ctx, `SELECT `+rolloutCols+` FROM rollouts WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, store.Errorf(store.ErrNotFound, "rollout %q", id)
+	}
+	if err != nil {
+		return r, fmt.Errorf("sqlite store: get rollout %s: %w", id, err)
+	}
+	return r, nil
+}
+
+func getAttempt(ctx context.Context, q querier, rolloutID, attemptID string) (store.Attempt, error) {
+	a, err := scanAttempt(q.QueryRowContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE id = ? AND rollout_id = ?`, attemptID, rolloutID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, store.Errorf(store.ErrNotFound, "attempt %q of rollout %q", attemptID, rolloutID)
+	}
+	if err != nil {
+		return a, fmt.Errorf("sqlite store: get attempt %s: %w", attemptID, err)
+	}
+	return a, nil
+}
+
+// CreateRollouts implements store.Store.
+func (s *Store) CreateRollouts(ctx context.Context, in []store.NewRollout) ([]store.Rollout, error) {
+	norm := make([]store.NewRollout, len(in))
+	for i, n := range in {
+		var err error
+		if norm[i], err = n.Normalize(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]store.Rollout, len(norm))
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		ins, err := tx.PrepareContext(ctx, `INSERT INTO rollouts (id, group_id, task, mode, metadata, timeout_s, max_attempts,
+			unresponsive_s, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING`)
+		if err != nil {
+			return fmt.Errorf("sqlite store: prepare: %w", err)
+		}
+		defer ins.Close()
+		t := ts(now())
+		for i, n := range norm {
+			var meta any
+			if len(n.Metadata) > 0 {
+				meta = []byte(n.Metadata)
+			}
+			if _, err := ins.ExecContext(ctx, n.ID, n.GroupID, []byte(n.Task), string(n.Mode), meta, n.Config.TimeoutSeconds,
+				n.Config.MaxAttempts, n.Config.UnresponsiveSeconds, string(store.RolloutQueuing), t, t); err != nil {
+				return fmt.Errorf("sqlite store: insert rollout %s: %w", n.ID, err)
+			}
+			if out[i], err = getRollout(ctx, tx, n.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetRollout implements store.Store.
+func (s *Store) GetRollout(ctx context.Context, id string) (store.Rollout, error) {
+	r, err := getRollout(ctx, s.r, id)
+	if err != nil {
+		return r, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE rollout_id = ? ORDER BY number`, id)
+	if err != nil {
+		return r, fmt.Errorf("sqlite store: list attempts of %s: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return r, fmt.Errorf("sqlite store: scan attempt: %w", err)
+		}
+		r.Attempts = append(r.Attempts, a)
+	}
+	return r, rows.Err()
+}
+
+// ListRollouts implements store.Store.
+func (s *Store) ListRollouts(ctx context.Context, f store.RolloutFilter) ([]store.Rollout, int64, error) {
+	where, args := []string{}, []any{}
+	if len(f.Status) > 0 {
+		ph := make([]string, len(f.Status))
+		for i, st := range f.Status {
+			ph[i] = "?"
+			args = append(args, string(st))
+		}
+		where = append(where, "status IN ("+strings.Join(ph, ",")+")")
+	}
+	if f.GroupID != "" {
+		where = append(where, "group_id = ?")
+		args = append(args, f.GroupID)
+	}
+	if f.Mode != "" {
+		where = append(where, "mode = ?")
+		args = append(args, string(f.Mode))
+	}
+	if f.MinReward != nil {
+		where = append(where, "reward >= ?")
+		args = append(args, *f.MinReward)
+	}
+	if f.MaxReward != nil {
+		where = append(where, "reward <= ?")
+		args = append(args, *f.MaxReward)
+	}
+	order := "ASC"
+	if f.Desc {
+		order = "DESC"
+		if f.Cursor > 0 {
+			where = append(where, "seq < ?")
+			args = append(args, f.Cursor)
+		}
+	} else if f.Cursor > 0 {
+		where = append(where, "seq > ?")
+		args = append(args, f.Cursor)
+	}
+	limit := store.PageLimit(f.Limit)
+	q := `SELECT ` + rolloutCols + ` FROM rollouts`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += fmt.Sprintf(" ORDER BY seq %s LIMIT %d", order, limit+1)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("sqlite store: list rollouts: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Rollout
+	for rows.Next() {
+		r, err := scanRollout(rows)
+		if err != nil {
+			return nil, 0, fmt.Errorf("sqlite store: scan rollout: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("sqlite store: list rollouts: %w", err)
+	}
+	var next int64
+	if len(out) > limit {
+		out = out[:limit]
+		next = out[limit-1].Seq
+	}
+	return out, next, nil
+}
+
+// CountRollouts implements store.Store.
+func (s *Store) CountRollouts(ctx context.Context) (store.Counts, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT status, COUNT(*) FROM rollouts GROUP BY status`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: count rollouts: %w", err)
+	}
+	defer rows.Close()
+	c := store.Counts{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fmt.Errorf("sqlite store: count rollouts: %w", err)
+		}
+		c[store.RolloutStatus(st)] = n
+	}
+	return c, rows.Err()
+}
+
+// nextTerminalSeq is safe because all writes are serialized on one connection.
+func nextTerminalSeq(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var n int64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(terminal_seq), 0) + 1 FROM rollouts`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite store: terminal seq: %w", err)
+	}
+	return n, nil
+}
+
+// setRolloutStatus moves a rollout to st (assigning a terminal seq when st is
+// terminal) and returns it as stored.
+func setRolloutStatus(ctx context.Context, tx *sql.Tx, r store.Rollout, st store.RolloutStatus, errMsg string, t time.Time) (store.Rollout, error) {
+	var term any
+	if st.Terminal() {
+		n, err := nextTerminalSeq(ctx, tx)
+		if err != nil {
+			return r, err
+		}
+		term = n
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE rollouts SET status = ?, error = ?, updated_at = ?, terminal_seq = ? WHERE id = ?`,
+		string(st), errMsg, ts(t), term, r.ID); err != nil {
+		return r, fmt.Errorf("sqlite store: update rollout %s: %w", r.ID, err)
+	}
+	return getRollout(ctx, tx, r.ID)
+}
+
+func endAttempt(ctx context.Context, tx *sql.Tx, a store.Attempt, st store.AttemptStatus, errMsg string, t time.Time) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE attempts SET status = ?, error = ?, ended_at = ? WHERE id = ?`,
+		string(st), errMsg, ts(t), a.ID); err != nil {
+		return fmt.Errorf("sqlite store: end attempt %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+func runningAttempt(ctx context.Context, q querier, rolloutID string) (store.Attempt, bool, error) {
+	a, err := scanAttempt(q.QueryRowContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE rollout_id = ? AND status = 'running'`, rolloutID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, false, nil
+	}
+	if err != nil {
+		return a, false, fmt.Errorf("sqlite store: running attempt of %s: %w", rolloutID, err)
+	}
+	return a, true, nil
+}
+
+// CancelRollout implements store.Store.
+func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rollout, error) {
+	var out store.Rollout
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		r, err := getRollout(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if r.Status.Terminal() {
+			return store.Errorf(store.ErrConflict, "rollout %s is already %s", id, r.Status)
+		}
+		t := now()
+		msg := "cancelled"
+		if reason != "" {
+			msg += ": " + reason
+		}
+		if a, ok, err := runningAttempt(ctx, tx, id); err != nil {
+			return err
+		} else if ok {
+			if err := endAttempt(ctx, tx, a, store.AttemptFailed, msg, t); err != nil {
+				return err
+			}
+		}
+		out, err = setRolloutStatus(ctx, tx, r, store.RolloutCancelled, msg, t)
+		return err
+	})
+	return out, err
+}
+
+// Claim implements store.Store.
+func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
+	if req.Mode != "" && !req.Mode.Valid() {
+		return store.Claim{}, store.Errorf(store.ErrInvalid, "mode %q is not one of train, val", req.Mode)
+	}
+	var c store.Claim
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		q := `SELECT ` + rolloutCols + ` FROM rollouts WHERE status IN ('queuing', 'requeuing')`
+		args := []any{}
+		if req.Mode != "" {
+			q += ` AND mode = ?`
+			args = append(args, string(req.Mode))
+		}
+		q += ` ORDER BY seq LIMIT 1`
+		r, err := scanRollout(tx.QueryRowContext(ctx, q, args...))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNoneQueued
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite store: claim: %w", err)
+		}
+		t := now()
+		key, hash := store.NewKey()
+		a := store.Attempt{ID: store.NewID("at_"), RolloutID: r.ID, Number: r.NumAttempts + 1, WorkerID: req.WorkerID,
+			Status: store.AttemptRunning, StartedAt: t, LastHeartbeat: t}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO attempts (id, rollout_id, number, worker_id, status, key_hash, started_at, last_heartbeat)
+			VALUES (?,?,?,?,?,?,?,?)`, a.ID, a.RolloutID, a.Number, a.WorkerID, string(a.Status), hash, ts(t), ts(t)); err != nil {
+			return fmt.Errorf("sqlite store: insert attempt: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE rollouts SET status = 'running', num_attempts = ?, updated_at = ? WHERE id = ?`,
+			a.Number, ts(t), r.ID); err != nil {
+			return fmt.Errorf("sqlite store: claim rollout %s: %w", r.ID, err)
+		}
+		r.Status, r.NumAttempts, r.UpdatedAt = store.RolloutRunning, a.Number, t
+		// fromTS round trip so the returned times equal what a read returns.
+		a.StartedAt, a.LastHeartbeat = fromTS(ts(t)), fromTS(ts(t))
+		r.UpdatedAt = a.StartedAt
+		c = store.Claim{Rollout: r, Attempt: a, Key: key}
+		return nil
+	})
+	return c, err
+}
+
+// Heartbeat implements store.Store.
+func (s *Store) Heartbeat(ctx context.Context, rolloutID, attemptID string) (store.Attempt, error) {
+	var a store.Attempt
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if a, err = getAttempt(ctx, tx, rolloutID, attemptID); err != nil {
+			return err
+		}
+		if a.Status != store.AttemptRunning {
+			return store.Errorf(store.ErrConflict, "attempt %s is %s, not running", attemptID, a.Status)
+		}
+		t := now()
+		if _, err := tx.ExecContext(ctx, `UPDATE attempts SET last_heartbeat = ? WHERE id = ?`, ts(t), attemptID); err != nil {
+			return fmt.Errorf("sqlite store: heartbeat %s: %w", attemptID, err)
+		}
+		a.LastHeartbeat = fromTS(ts(t))
+		return nil
+	})
+	return a, err
+}
+
+// CompleteAttempt implements store.Store.
+func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string, st store.AttemptStatus, errMsg string) (store.Rollout, error) {
+	if st != store.AttemptSucceeded && st != store.AttemptFailed {
+		return store.Rollout{}, store.Errorf(store.ErrInvalid, "status %q: an attempt completes as succeeded or failed", st)
+	}
+	var out store.Rollout
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		a, err := getAttempt(ctx, tx, rolloutID, attemptID)
+		if err != nil {
+			return err
+		}
+		if a.Status != store.AttemptRunning {
+			return store.Errorf(store.ErrConflict, "attempt %s is %s, not running", attemptID, a.Status)
+		}
+		r, err := getRollout(ctx, tx, rolloutID)
+		if err != nil {
+			return err
+		}
+		t := now()
+		if err := endAttempt(ctx, tx, a, st, errMsg, t); err != nil {
+			return err
+		}
+		if err := setReward(ctx, tx, rolloutID, attemptID); err != nil {
+			return err
+		}
+		next, msg := store.AttemptOutcome(r, st, errMsg)
+		out, err = setRolloutStatus(ctx, tx, r, next, msg, t)
+		return err
+	})
+	return out, err
+}
+
+// setReward stores the attempt's reward summary on its rollout.
+func setReward(ctx context.Context, tx *sql.Tx, rolloutID, attemptID string) error {
+	rows, err := tx.QueryContext(ctx, `SELECT data FROM events WHERE rollout_id = ? AND attempt_id = ? AND type = 'reward' ORDER BY seq DESC`,
+		rolloutID, attemptID)
+	if err != nil {
+		return fmt.Errorf("sqlite store: read rewards: %w", err)
+	}
+	var datas []json.RawMessage
+	for rows.Next() {
+		var d []byte
+		if err := rows.Scan(&d); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlite store: read rewards: %w", err)
+		}
+		datas = append(datas, d)
+	}
+	rows.Close()
+	var reward, data any
+	if v, d, ok := api.RewardSummary(datas); ok {
+		reward, data = v, []byte(d)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE rollouts SET reward = ?, reward_data = ? WHERE id = ?`, reward, data, rolloutID); err != nil {
+		return fmt.Errorf("sqlite store: set reward: %w", err)
+	}
+	return nil
+}
+
+// AttemptByKey implements store.Store.
+func (s *Store) AttemptByKey(ctx context.Context, rolloutID, attemptID, key string) (store.Attempt, error) {
+	row := s.r.QueryRowContext(ctx, `SELECT key_hash, `+attemptCols+` FROM attempts WHERE id = ? AND rollout_id = ?`, attemptID, rolloutID)
+	var hash []byte
+	var a store.Attempt
+	var st string
+	var started, hb int64
+	var ended sql.NullInt64
+	err := row.Scan(&hash, &a.ID, &a.RolloutID, &a.Number, &a.WorkerID, &st, &started, &hb, &ended, &a.Error)
+	if errors.Is(err, sql.ErrNoRows) {
+		// Same answer as a wrong key: ids are not secrets, but don't help probing.
+		store.KeyMatches(key, make([]byte, 32))
+		return a, store.Errorf(store.ErrForbidden, "key does not grant rollout %q attempt %q", rolloutID, attemptID)
+	}
+	if err != nil {
+		return a, fmt.Errorf("sqlite store: attempt by key: %w", err)
+	}
+	if !store.KeyMatches(key, hash) {
+		return store.Attempt{}, store.Errorf(store.ErrForbidden, "key does not grant rollout %q attempt %q", rolloutID, attemptID)
+	}
+	a.Status = store.AttemptStatus(st)
+	a.StartedAt, a.LastHeartbeat = fromTS(started), fromTS(hb)
+	if ended.Valid {
+		t := fromTS(ended.Int64)
+		a.EndedAt = &t
+	}
+	return a, nil
+}
+
+// AppendEvents implements store.Store.
+func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) ([]store.Event, error) {
+	evs, err := store.ValidateEvents(in, now())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Event, len(evs))
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		var st string
+		err := tx.QueryRowContext(ctx, `SELECT status FROM attempts WHERE id = ? AND rollout_id = ?`, attemptID, rolloutID).Scan(&st)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.Errorf(store.ErrNotFound, "attempt %q of rollout %q", attemptID, rolloutID)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite store: append events: %w", err)
+		}
+		if st != string(store.AttemptRunning) {
+			return store.Errorf(store.ErrConflict, "attempt %s is %s, not running: events are closed", attemptID, st)
+		}
+		ins, err := tx.PrepareContext(ctx, `INSERT INTO events (rollout_id, attempt_id, type, time, data) VALUES (?,?,?,?,?)`)
+		if err != nil {
+			return fmt.Errorf("sqlite store: prepare: %w", err)
+		}
+		defer ins.Close()
+		for i, e := range evs {
+			res, err := ins.ExecContext(ctx, rolloutID, attemptID, e.Type, ts(e.Time), []byte(e.Data))
+			if err != nil {
+				return fmt.Errorf("sqlite store: insert event: %w", err)
+			}
+			seq, err := res.LastInsertId()
+			if err != nil {
+				return fmt.Errorf("sqlite store: event seq: %w", err)
+			}
+			out[i] = store.Event{Seq: seq, RolloutID: rolloutID, AttemptID: attemptID, Type: e.Type, Time: fromTS(ts(e.Time)), Data: e.Data}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ListEvents implements store.Store.
+func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
+	q := `SELECT seq, rollout_id, attempt_id, type, time, data FROM events WHERE rollout_id = ? AND seq > ?`
+	args := []any{f.RolloutID, f.AfterSeq}
+	if f.AttemptID != "" {
+		q += ` AND attempt_id = ?`
+		args = append(args, f.AttemptID)
+	}
+	if len(f.Types) > 0 {
+		ph := make([]string, len(f.Types))
+		for i, t := range f.Types {
+			ph[i] = "?"
+			args = append(args, t)
+		}
+		q += ` AND type IN (` + strings.Join(ph, ",") + `)`
+	}
+	q += ` ORDER BY seq`
+	if f.Limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, f.Limit)
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: list events: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Event{}
+	for rows.Next() {
+		var e store.Event
+		var t int64
+		var d []byte
+		if err := rows.Scan(&e.Seq, &e.RolloutID, &e.AttemptID, &e.Type, &t, &d); err != nil {
+			return nil, fmt.Errorf("sqlite store: scan event: %w", err)
+		}
+		e.Time, e.Data = fromTS(t), json.RawMessage(d)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite store: list events: %w", err)
+	}
+	if len(out) == 0 {
+		if _, err := getRollout(ctx, s.r, f.RolloutID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Terminal implements store.Store.
+func (s *Store) Terminal(ctx context.Context, after int64, limit int) ([]store.Rollout, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+rolloutCols+` FROM rollouts WHERE terminal_seq > ? ORDER BY terminal_seq LIMIT ?`,
+		after, store.PageLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: terminal: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Rollout{}
+	for rows.Next() {
+		r, err := scanRollout(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite store: scan rollout: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// RegisterModel implements store.Store.
+func (s *Store) RegisterModel(ctx context.Context, m store.Model) (store.Model, error) {
+	if err := m.Validate(); err != nil {
+		return m, err
+	}
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var last int64
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM models WHERE name = ?`, m.Name).Scan(&last); err != nil {
+			return fmt.Errorf("sqlite store: model version: %w", err)
+		}
+		if m.Version == 0 {
+			m.Version = last + 1
+		} else if m.Version <= last {
+			return store.Errorf(store.ErrConflict, "model %s version %d is not above the latest %d", m.Name, m.Version, last)
+		}
+		m.CreatedAt = fromTS(ts(now()))
+		eps, _ := json.Marshal(m.Endpoints)
+		var meta any
+		if len(m.Metadata) > 0 {
+			meta = []byte(m.Metadata)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO models (name, version, endpoints, weights, metadata, created_at) VALUES (?,?,?,?,?,?)`,
+			m.Name, m.Version, string(eps), m.Weights, meta, ts(m.CreatedAt)); err != nil {
+			return fmt.Errorf("sqlite store: insert model: %w", err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+// ListModels implements store.Store.
+func (s *Store) ListModels(ctx context.Context, name string) ([]store.Model, error) {
+	q := `SELECT name, version, endpoints, weights, metadata, created_at FROM models`
+	args := []any{}
+	if name != "" {
+		q += ` WHERE name = ?`
+		args = append(args, name)
+	}
+	q += ` ORDER BY created_at DESC, name, version DESC`
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: list models: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Model{}
+	for rows.Next() {
+		var m store.Model
+		var eps string
+		var meta []byte
+		var created int64
+		if err := rows.Scan(&m.Name, &m.Version, &eps, &m.Weights, &meta, &created); err != nil {
+			return nil, fmt.Errorf("sqlite store: scan model: %w", err)
+		}
+		if err := json.Unmarshal([]byte(eps), &m.Endpoints); err != nil {
+			return nil, fmt.Errorf("sqlite store: model endpoints: %w", err)
+		}
+		if len(meta) > 0 {
+			m.Metadata = meta
+		}
+		m.CreatedAt = fromTS(created)
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// Reap implements store.Store.
+func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
+	var res store.ReapResult
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE status = 'running'`)
+		if err != nil {
+			return fmt.Errorf("sqlite store: reap: %w", err)
+		}
+		var running []store.Attempt
+		for rows.Next() {
+			a, err := scanAttempt(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("sqlite store: reap: %w", err)
+			}
+			running = append(running, a)
+		}
+		rows.Close()
+		for _, a := range running {
+			r, err := getRollout(ctx, tx, a.RolloutID)
+			if err != nil {
+				return err
+			}
+			st, msg, stale := store.Staleness(r, a, at)
+			if !stale {
+				continue
+			}
+			if err := endAttempt(ctx, tx, a, st, msg, at); err != nil {
+				return err
+			}
+			next, rmsg := store.AttemptOutcome(r, st, msg)
+			if _, err := setRolloutStatus(ctx, tx, r, next, rmsg, at); err != nil {
+				return err
+			}
+			res.Count(st, next)
+		}
+		return nil
+	})
+	return res, err
+}

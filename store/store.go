@@ -1,0 +1,306 @@
+// Package store holds agl's source of truth: rollouts, their attempts, the
+// append-only events each attempt produced, and registered model versions.
+//
+// Store is the one interface; sqlite (embedded default) and postgres
+// implement it, and storetest is the conformance suite both must pass.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RolloutStatus is where a rollout is in its life.
+//
+//	queuing → running → succeeded | failed | cancelled
+//	running → requeuing → running (a failed attempt with attempts left)
+type RolloutStatus string
+
+const (
+	RolloutQueuing   RolloutStatus = "queuing"
+	RolloutRunning   RolloutStatus = "running"
+	RolloutRequeuing RolloutStatus = "requeuing"
+	RolloutSucceeded RolloutStatus = "succeeded"
+	RolloutFailed    RolloutStatus = "failed"
+	RolloutCancelled RolloutStatus = "cancelled"
+)
+
+// Terminal reports whether no further attempt will run.
+func (s RolloutStatus) Terminal() bool {
+	return s == RolloutSucceeded || s == RolloutFailed || s == RolloutCancelled
+}
+
+// Valid reports whether s is a known status.
+func (s RolloutStatus) Valid() bool {
+	switch s {
+	case RolloutQueuing, RolloutRunning, RolloutRequeuing, RolloutSucceeded, RolloutFailed, RolloutCancelled:
+		return true
+	}
+	return false
+}
+
+// AttemptStatus is the state of one try at a rollout.
+type AttemptStatus string
+
+const (
+	AttemptRunning      AttemptStatus = "running"
+	AttemptSucceeded    AttemptStatus = "succeeded"
+	AttemptFailed       AttemptStatus = "failed"
+	AttemptTimeout      AttemptStatus = "timeout"
+	AttemptUnresponsive AttemptStatus = "unresponsive"
+)
+
+// Valid reports whether s is a known attempt status.
+func (s AttemptStatus) Valid() bool {
+	switch s {
+	case AttemptRunning, AttemptSucceeded, AttemptFailed, AttemptTimeout, AttemptUnresponsive:
+		return true
+	}
+	return false
+}
+
+// Mode says whether a rollout feeds training or validation.
+type Mode string
+
+const (
+	ModeTrain Mode = "train"
+	ModeVal   Mode = "val"
+)
+
+// Valid reports whether m is a known mode.
+func (m Mode) Valid() bool { return m == ModeTrain || m == ModeVal }
+
+// Well-known event types. Any other non-empty string is a custom type.
+const (
+	EventModelRequest = "model_request"
+	EventReward       = "reward"
+	EventLog          = "log"
+	EventSpan         = "span"
+)
+
+// RolloutConfig bounds how a rollout runs. Zero values take the defaults
+// in DefaultRolloutConfig.
+type RolloutConfig struct {
+	// TimeoutSeconds bounds one attempt's wall time; 0 means no limit.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	// MaxAttempts is how many attempts may run before the rollout fails.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// UnresponsiveSeconds: an attempt with no heartbeat for this long is
+	// marked unresponsive; 0 means never.
+	UnresponsiveSeconds float64 `json:"unresponsive_seconds,omitempty"`
+}
+
+// DefaultRolloutConfig is applied to fields left zero at creation.
+var DefaultRolloutConfig = RolloutConfig{TimeoutSeconds: 0, MaxAttempts: 1, UnresponsiveSeconds: 60}
+
+// WithDefaults fills zero fields from DefaultRolloutConfig.
+func (c RolloutConfig) WithDefaults() RolloutConfig {
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = DefaultRolloutConfig.MaxAttempts
+	}
+	if c.UnresponsiveSeconds == 0 {
+		c.UnresponsiveSeconds = DefaultRolloutConfig.UnresponsiveSeconds
+	}
+	return c
+}
+
+// Rollout is one run of a task by a harness, possibly over several attempts.
+type Rollout struct {
+	ID       string          `json:"id"`
+	GroupID  string          `json:"group_id,omitempty"`
+	Task     json.RawMessage `json:"task"`
+	Mode     Mode            `json:"mode"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	Config   RolloutConfig   `json:"config"`
+	Status   RolloutStatus   `json:"status"`
+	// NumAttempts counts attempts started so far.
+	NumAttempts int `json:"num_attempts"`
+	// Error says why a rollout failed or was cancelled.
+	Error string `json:"error,omitempty"`
+	// Reward is the primary reward of the attempt that ended it, when one
+	// was reported; RewardData is that reward event's data.
+	Reward     *float64        `json:"reward,omitempty"`
+	RewardData json.RawMessage `json:"reward_data,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	UpdatedAt  time.Time       `json:"updated_at"`
+	// Seq orders rollouts by creation; TerminalSeq orders them by the
+	// moment they became terminal (0 while not terminal). The terminal
+	// cursor of Store.Terminal is a TerminalSeq.
+	Seq         int64 `json:"seq"`
+	TerminalSeq int64 `json:"terminal_seq,omitempty"`
+	// Attempts is filled by GetRollout only.
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// NewRollout is what a caller supplies to create a rollout. An empty ID gets
+// a generated one; a repeated ID returns the existing rollout unchanged.
+type NewRollout struct {
+	ID       string          `json:"id,omitempty"`
+	GroupID  string          `json:"group_id,omitempty"`
+	Task     json.RawMessage `json:"task"`
+	Mode     Mode            `json:"mode,omitempty"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	Config   RolloutConfig   `json:"config"`
+}
+
+// Attempt is one try at running a rollout.
+type Attempt struct {
+	ID            string        `json:"id"`
+	RolloutID     string        `json:"rollout_id"`
+	Number        int           `json:"number"`
+	WorkerID      string        `json:"worker_id,omitempty"`
+	Status        AttemptStatus `json:"status"`
+	StartedAt     time.Time     `json:"started_at"`
+	LastHeartbeat time.Time     `json:"last_heartbeat"`
+	EndedAt       *time.Time    `json:"ended_at,omitempty"`
+	Error         string        `json:"error,omitempty"`
+}
+
+// Claim is what a worker gets when it takes a queued rollout: the rollout,
+// its new attempt, and the attempt's scoped key (returned once, stored hashed).
+type Claim struct {
+	Rollout Rollout `json:"rollout"`
+	Attempt Attempt `json:"attempt"`
+	Key     string  `json:"key"`
+}
+
+// ClaimRequest names the worker claiming, and optionally restricts the mode.
+type ClaimRequest struct {
+	WorkerID string `json:"worker_id"`
+	Mode     Mode   `json:"mode,omitempty"`
+}
+
+// Event is one append-only record of something an attempt did.
+type Event struct {
+	Seq       int64           `json:"seq"`
+	RolloutID string          `json:"rollout_id"`
+	AttemptID string          `json:"attempt_id"`
+	Type      string          `json:"type"`
+	Time      time.Time       `json:"time"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// NewEvent is an event to append; a zero Time is set to now.
+type NewEvent struct {
+	Type string          `json:"type"`
+	Time time.Time       `json:"time,omitempty"`
+	Data json.RawMessage `json:"data"`
+}
+
+// Model is one registered version of a model's weights.
+type Model struct {
+	Name string `json:"name"`
+	// Version is assigned by the store (previous+1) when registered as 0;
+	// an explicit version must exceed every earlier one of that name.
+	Version   int64           `json:"version"`
+	Endpoints []string        `json:"endpoints,omitempty"`
+	Weights   string          `json:"weights,omitempty"`
+	Metadata  json.RawMessage `json:"metadata,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// RolloutFilter selects rollouts for ListRollouts. Empty fields match all.
+type RolloutFilter struct {
+	Status  []RolloutStatus
+	GroupID string
+	Mode    Mode
+	// MinReward/MaxReward bound the reward summary (rollouts without one
+	// are excluded when either is set).
+	MinReward, MaxReward *float64
+	// Cursor is the Seq to continue after (exclusive), 0 to start.
+	Cursor int64
+	// Desc lists newest first.
+	Desc  bool
+	Limit int
+}
+
+// EventFilter selects events of one rollout.
+type EventFilter struct {
+	RolloutID string
+	AttemptID string
+	Types     []string
+	AfterSeq  int64
+	Limit     int
+}
+
+// ReapResult says what one reaper pass did.
+type ReapResult struct {
+	Unresponsive int `json:"unresponsive"`
+	TimedOut     int `json:"timed_out"`
+	Requeued     int `json:"requeued"`
+	Failed       int `json:"failed"`
+}
+
+// Counts is the number of rollouts in each status.
+type Counts map[RolloutStatus]int64
+
+// Store is the durable source of truth. Every method is safe for concurrent
+// use; every write that returns nil is durable across a crash of the process.
+type Store interface {
+	// CreateRollouts creates rollouts atomically; a rollout whose ID
+	// already exists is returned as stored (idempotent creation).
+	CreateRollouts(ctx context.Context, rs []NewRollout) ([]Rollout, error)
+	// GetRollout returns one rollout with its attempts.
+	GetRollout(ctx context.Context, id string) (Rollout, error)
+	// ListRollouts pages through rollouts; next is the cursor for the
+	// following page, 0 when there is none.
+	ListRollouts(ctx context.Context, f RolloutFilter) (rs []Rollout, next int64, err error)
+	// CountRollouts counts rollouts by status.
+	CountRollouts(ctx context.Context) (Counts, error)
+	// CancelRollout cancels a non-terminal rollout and fails its running attempt.
+	CancelRollout(ctx context.Context, id, reason string) (Rollout, error)
+
+	// Claim atomically takes the oldest queuing or requeuing rollout,
+	// starts an attempt on it and returns a fresh scoped key. It returns
+	// ErrNoneQueued when there is nothing to claim.
+	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
+	// Heartbeat records that a running attempt is alive.
+	Heartbeat(ctx context.Context, rolloutID, attemptID string) (Attempt, error)
+	// CompleteAttempt ends a running attempt with a final status
+	// (succeeded or failed) and moves its rollout on: succeeded → the
+	// rollout succeeds; failed → requeued while attempts remain, else failed.
+	CompleteAttempt(ctx context.Context, rolloutID, attemptID string, status AttemptStatus, errMsg string) (Rollout, error)
+	// AttemptByKey returns the attempt (rolloutID, attemptID) if key is its
+	// scoped key, compared in constant time; ErrForbidden otherwise.
+	AttemptByKey(ctx context.Context, rolloutID, attemptID, key string) (Attempt, error)
+
+	// AppendEvents appends events to a running attempt, atomically and in
+	// order, and returns them with their sequence numbers.
+	AppendEvents(ctx context.Context, rolloutID, attemptID string, evs []NewEvent) ([]Event, error)
+	// ListEvents returns a rollout's events in sequence order.
+	ListEvents(ctx context.Context, f EventFilter) ([]Event, error)
+
+	// Terminal returns up to limit rollouts that became terminal after the
+	// cursor (a TerminalSeq), in the order they did.
+	Terminal(ctx context.Context, after int64, limit int) ([]Rollout, error)
+
+	// RegisterModel records a model version.
+	RegisterModel(ctx context.Context, m Model) (Model, error)
+	// ListModels lists model versions, newest first; name "" lists all.
+	ListModels(ctx context.Context, name string) ([]Model, error)
+
+	// Reap ends attempts that stopped heart-beating or ran past their
+	// rollout's timeout (as of now) and requeues or fails their rollouts.
+	Reap(ctx context.Context, now time.Time) (ReapResult, error)
+
+	Close() error
+}
+
+// Sentinel errors; wrap them with context. The HTTP layer maps them to
+// status codes (404, 409, 403, 400).
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrConflict     = errors.New("conflict")
+	ErrForbidden    = errors.New("forbidden")
+	ErrInvalid      = errors.New("invalid")
+	ErrNoneQueued   = errors.New("no rollout queued")
+	ErrStoreClosing = errors.New("store closed")
+)
+
+// Errorf wraps a sentinel with a message: Errorf(ErrConflict, "attempt %s is %s", …).
+func Errorf(kind error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))
+}

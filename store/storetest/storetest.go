@@ -1,0 +1,593 @@
+// Package storetest is the conformance suite every store.Store backend must
+// pass. A backend's test calls Run with a function that opens a fresh, empty
+// store for each subtest.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aglrl/agl/store"
+)
+
+// Opener returns a fresh, empty store; it registers its own cleanup.
+type Opener func(t *testing.T) store.Store
+
+// Run runs the whole suite.
+func Run(t *testing.T, open Opener) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"CreateIdempotent", testCreateIdempotent},
+		{"CreateInvalid", testCreateInvalid},
+		{"ListFiltersAndPaging", testList},
+		{"ClaimLifecycle", testClaimLifecycle},
+		{"ClaimModeFilter", testClaimMode},
+		{"RetryThenFail", testRetryThenFail},
+		{"IllegalTransitions", testIllegalTransitions},
+		{"Events", testEvents},
+		{"RewardSummary", testRewardSummary},
+		{"Keys", testKeys},
+		{"Cancel", testCancel},
+		{"TerminalCursor", testTerminal},
+		{"Models", testModels},
+		{"ReapUnresponsive", testReapUnresponsive},
+		{"ReapTimeout", testReapTimeout},
+		{"ConcurrentClaims", testConcurrentClaims},
+		{"ConcurrentAppends", testConcurrentAppends},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					f, ok := r.(failure)
+					if !ok {
+						panic(r)
+					}
+					t.Fatalf("unexpected error: %v", f.err)
+				}
+			}()
+			tc.fn(t, open(t))
+		})
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// failure carries an unexpected error from must to the subtest's recover.
+type failure struct{ err error }
+
+// must returns v, or fails the running subtest (through Run's recover)
+// when err is not nil. Use it only on the subtest's own goroutine.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(failure{err})
+	}
+	return v
+}
+
+func wantErr(t *testing.T, err, kind error) {
+	t.Helper()
+	if !errors.Is(err, kind) {
+		t.Fatalf("err = %v, want %v", err, kind)
+	}
+}
+
+func create(t *testing.T, s store.Store, rs ...store.NewRollout) []store.Rollout {
+	return must(s.CreateRollouts(ctx(t), rs))
+}
+
+func claim(t *testing.T, s store.Store) store.Claim {
+	return must(s.Claim(ctx(t), store.ClaimRequest{WorkerID: "w1"}))
+}
+
+func testCreateIdempotent(t *testing.T, s store.Store) {
+	c := ctx(t)
+	rs := create(t, s, store.NewRollout{ID: "r1", GroupID: "g", Task: json.RawMessage(`{"b":1,"a":[1,2]}`), Metadata: json.RawMessage(`{"k":"v"}`),
+		Config: store.RolloutConfig{MaxAttempts: 3, TimeoutSeconds: 10}})
+	r := rs[0]
+	if r.ID != "r1" || r.Status != store.RolloutQueuing || r.Mode != store.ModeTrain || r.GroupID != "g" {
+		t.Fatalf("created %+v", r)
+	}
+	if string(r.Task) != `{"b":1,"a":[1,2]}` {
+		t.Errorf("task = %s, want the bytes given", r.Task)
+	}
+	if r.Config.MaxAttempts != 3 || r.Config.TimeoutSeconds != 10 || r.Config.UnresponsiveSeconds != store.DefaultRolloutConfig.UnresponsiveSeconds {
+		t.Errorf("config = %+v", r.Config)
+	}
+	if r.CreatedAt.IsZero() || r.Seq == 0 {
+		t.Errorf("missing created time or seq: %+v", r)
+	}
+	// Same id again, different content: the stored one comes back.
+	again := create(t, s, store.NewRollout{ID: "r1", Task: json.RawMessage(`"other"`)}, store.NewRollout{Task: json.RawMessage(`2`), Mode: store.ModeVal})
+	if again[0].Seq != r.Seq || string(again[0].Task) != string(r.Task) {
+		t.Errorf("repeat create returned %+v, want the stored rollout", again[0])
+	}
+	if again[1].ID == "" || again[1].ID == "r1" || again[1].Mode != store.ModeVal {
+		t.Errorf("generated rollout %+v", again[1])
+	}
+	got := must(s.GetRollout(c, "r1"))
+	if got.Seq != r.Seq || len(got.Attempts) != 0 {
+		t.Errorf("get %+v", got)
+	}
+	_, err := s.GetRollout(c, "nope")
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func testCreateInvalid(t *testing.T, s store.Store) {
+	c := ctx(t)
+	cases := []store.NewRollout{
+		{ID: "x", Mode: "bogus"},
+		{ID: "y", Task: json.RawMessage(`{broken`)},
+		{ID: "z", Config: store.RolloutConfig{MaxAttempts: -1}},
+	}
+	for _, n := range cases {
+		_, err := s.CreateRollouts(c, []store.NewRollout{{ID: "ok"}, n})
+		wantErr(t, err, store.ErrInvalid)
+	}
+	// A batch with a bad member creates nothing.
+	_, err := s.GetRollout(c, "ok")
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func testList(t *testing.T, s store.Store) {
+	c := ctx(t)
+	var in []store.NewRollout
+	for i := 0; i < 25; i++ {
+		mode := store.ModeTrain
+		if i%5 == 0 {
+			mode = store.ModeVal
+		}
+		in = append(in, store.NewRollout{ID: fmt.Sprintf("r%02d", i), GroupID: fmt.Sprintf("g%d", i%3), Mode: mode})
+	}
+	create(t, s, in...)
+	claim(t, s) // r00 running
+	// Page through everything, ascending.
+	var seen []string
+	var cursor int64
+	for {
+		page, next := must2(s.ListRollouts(c, store.RolloutFilter{Cursor: cursor, Limit: 10}))
+		for _, r := range page {
+			seen = append(seen, r.ID)
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	if len(seen) != 25 || seen[0] != "r00" || seen[24] != "r24" {
+		t.Fatalf("paged ids %v", seen)
+	}
+	desc, _ := must2(s.ListRollouts(c, store.RolloutFilter{Desc: true, Limit: 3}))
+	if len(desc) != 3 || desc[0].ID != "r24" {
+		t.Errorf("desc page %v", ids(desc))
+	}
+	desc2, _ := must2(s.ListRollouts(c, store.RolloutFilter{Desc: true, Limit: 3, Cursor: desc[2].Seq}))
+	if len(desc2) != 3 || desc2[0].ID != "r21" {
+		t.Errorf("desc page 2 %v", ids(desc2))
+	}
+	g1, _ := must2(s.ListRollouts(c, store.RolloutFilter{GroupID: "g1"}))
+	for _, r := range g1 {
+		if r.GroupID != "g1" {
+			t.Errorf("group filter returned %s", r.GroupID)
+		}
+	}
+	if len(g1) != 8 {
+		t.Errorf("group g1 has %d, want 8", len(g1))
+	}
+	val, _ := must2(s.ListRollouts(c, store.RolloutFilter{Mode: store.ModeVal}))
+	if len(val) != 5 {
+		t.Errorf("val rollouts %d, want 5", len(val))
+	}
+	running, _ := must2(s.ListRollouts(c, store.RolloutFilter{Status: []store.RolloutStatus{store.RolloutRunning}}))
+	if len(running) != 1 || running[0].ID != "r00" {
+		t.Errorf("running %v", ids(running))
+	}
+	counts := must(s.CountRollouts(c))
+	if counts[store.RolloutQueuing] != 24 || counts[store.RolloutRunning] != 1 {
+		t.Errorf("counts %v", counts)
+	}
+}
+
+func must2(rs []store.Rollout, n int64, err error) ([]store.Rollout, int64) {
+	if err != nil {
+		panic(failure{err})
+	}
+	return rs, n
+}
+
+func ids(rs []store.Rollout) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.ID
+	}
+	return out
+}
+
+func testClaimLifecycle(t *testing.T, s store.Store) {
+	c := ctx(t)
+	_, err := s.Claim(c, store.ClaimRequest{WorkerID: "w"})
+	wantErr(t, err, store.ErrNoneQueued)
+	create(t, s, store.NewRollout{ID: "a"}, store.NewRollout{ID: "b"})
+	cl := claim(t, s)
+	if cl.Rollout.ID != "a" || cl.Rollout.Status != store.RolloutRunning || cl.Attempt.Number != 1 ||
+		cl.Attempt.Status != store.AttemptRunning || cl.Attempt.WorkerID != "w1" || cl.Key == "" {
+		t.Fatalf("claim %+v", cl)
+	}
+	hb := must(s.Heartbeat(c, "a", cl.Attempt.ID))
+	if hb.LastHeartbeat.Before(cl.Attempt.LastHeartbeat) {
+		t.Errorf("heartbeat went back in time")
+	}
+	r := must(s.CompleteAttempt(c, "a", cl.Attempt.ID, store.AttemptSucceeded, ""))
+	if r.Status != store.RolloutSucceeded || r.TerminalSeq == 0 {
+		t.Errorf("completed rollout %+v", r)
+	}
+	got := must(s.GetRollout(c, "a"))
+	if len(got.Attempts) != 1 || got.Attempts[0].Status != store.AttemptSucceeded || got.Attempts[0].EndedAt == nil {
+		t.Errorf("attempts %+v", got.Attempts)
+	}
+	if cl2 := claim(t, s); cl2.Rollout.ID != "b" {
+		t.Errorf("second claim got %s", cl2.Rollout.ID)
+	}
+}
+
+func testClaimMode(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "t", Mode: store.ModeTrain}, store.NewRollout{ID: "v", Mode: store.ModeVal})
+	cl := must(s.Claim(c, store.ClaimRequest{WorkerID: "w", Mode: store.ModeVal}))
+	if cl.Rollout.ID != "v" {
+		t.Errorf("val claim got %s", cl.Rollout.ID)
+	}
+	_, err := s.Claim(c, store.ClaimRequest{WorkerID: "w", Mode: "nope"})
+	wantErr(t, err, store.ErrInvalid)
+}
+
+func testRetryThenFail(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r", Config: store.RolloutConfig{MaxAttempts: 2}})
+	a1 := claim(t, s)
+	r := must(s.CompleteAttempt(c, "r", a1.Attempt.ID, store.AttemptFailed, "exit status 3"))
+	if r.Status != store.RolloutRequeuing || r.TerminalSeq != 0 {
+		t.Fatalf("after first failure %+v", r)
+	}
+	a2 := claim(t, s)
+	if a2.Rollout.ID != "r" || a2.Attempt.Number != 2 || a2.Attempt.ID == a1.Attempt.ID || a2.Key == a1.Key {
+		t.Fatalf("second claim %+v", a2)
+	}
+	r = must(s.CompleteAttempt(c, "r", a2.Attempt.ID, store.AttemptFailed, "exit status 4"))
+	if r.Status != store.RolloutFailed || r.Error == "" || r.NumAttempts != 2 {
+		t.Fatalf("after second failure %+v", r)
+	}
+	if _, err := s.Claim(c, store.ClaimRequest{}); !errors.Is(err, store.ErrNoneQueued) {
+		t.Errorf("failed rollout claimable: %v", err)
+	}
+}
+
+func testIllegalTransitions(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"})
+	cl := claim(t, s)
+	_, err := s.CompleteAttempt(c, "r", cl.Attempt.ID, store.AttemptTimeout, "")
+	wantErr(t, err, store.ErrInvalid)
+	_, err = s.CompleteAttempt(c, "r", "nope", store.AttemptSucceeded, "")
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.CompleteAttempt(c, "other", cl.Attempt.ID, store.AttemptSucceeded, "")
+	wantErr(t, err, store.ErrNotFound)
+	must(s.CompleteAttempt(c, "r", cl.Attempt.ID, store.AttemptSucceeded, ""))
+	_, err = s.CompleteAttempt(c, "r", cl.Attempt.ID, store.AttemptFailed, "")
+	wantErr(t, err, store.ErrConflict)
+	_, err = s.Heartbeat(c, "r", cl.Attempt.ID)
+	wantErr(t, err, store.ErrConflict)
+	_, err = s.AppendEvents(c, "r", cl.Attempt.ID, []store.NewEvent{{Type: "log"}})
+	wantErr(t, err, store.ErrConflict)
+	_, err = s.CancelRollout(c, "r", "")
+	wantErr(t, err, store.ErrConflict)
+}
+
+func testEvents(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"}, store.NewRollout{ID: "q"})
+	cl := claim(t, s)
+	evs := must(s.AppendEvents(c, "r", cl.Attempt.ID, []store.NewEvent{
+		{Type: store.EventModelRequest, Data: json.RawMessage(`{"z":1,"a":2}`)},
+		{Type: store.EventLog, Data: json.RawMessage(`"hello"`)},
+		{Type: "custom.thing"},
+	}))
+	if len(evs) != 3 || evs[0].Seq >= evs[1].Seq || evs[1].Seq >= evs[2].Seq {
+		t.Fatalf("appended %+v", evs)
+	}
+	all := must(s.ListEvents(c, store.EventFilter{RolloutID: "r"}))
+	if len(all) != 3 || string(all[0].Data) != `{"z":1,"a":2}` || all[2].Type != "custom.thing" || string(all[2].Data) != "null" {
+		t.Fatalf("listed %+v", all)
+	}
+	if all[0].AttemptID != cl.Attempt.ID || all[0].Time.IsZero() {
+		t.Errorf("event fields %+v", all[0])
+	}
+	logs := must(s.ListEvents(c, store.EventFilter{RolloutID: "r", Types: []string{store.EventLog}}))
+	if len(logs) != 1 || logs[0].Type != store.EventLog {
+		t.Errorf("type filter %+v", logs)
+	}
+	after := must(s.ListEvents(c, store.EventFilter{RolloutID: "r", AfterSeq: evs[0].Seq, Limit: 1}))
+	if len(after) != 1 || after[0].Seq != evs[1].Seq {
+		t.Errorf("after/limit %+v", after)
+	}
+	none := must(s.ListEvents(c, store.EventFilter{RolloutID: "q"}))
+	if len(none) != 0 {
+		t.Errorf("other rollout has events %+v", none)
+	}
+	_, err := s.ListEvents(c, store.EventFilter{RolloutID: "missing"})
+	wantErr(t, err, store.ErrNotFound)
+	_, err = s.AppendEvents(c, "r", cl.Attempt.ID, []store.NewEvent{{Type: "ok"}, {Type: ""}})
+	wantErr(t, err, store.ErrInvalid)
+	_, err = s.AppendEvents(c, "r", cl.Attempt.ID, []store.NewEvent{{Type: "x", Data: json.RawMessage(`{nope`)}})
+	wantErr(t, err, store.ErrInvalid)
+	_, err = s.AppendEvents(c, "q", cl.Attempt.ID, []store.NewEvent{{Type: "x"}})
+	wantErr(t, err, store.ErrNotFound)
+	if n := len(must(s.ListEvents(c, store.EventFilter{RolloutID: "r"}))); n != 3 {
+		t.Errorf("a refused batch stored something: %d events", n)
+	}
+}
+
+func testRewardSummary(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"}, store.NewRollout{ID: "none"})
+	cl := claim(t, s)
+	must(s.AppendEvents(c, "r", cl.Attempt.ID, []store.NewEvent{
+		{Type: store.EventReward, Data: json.RawMessage(`{"value":0.25}`)},
+		{Type: store.EventReward, Data: json.RawMessage(`{"values":{"correct":1,"format":0.5},"primary":"correct"}`)},
+		{Type: store.EventReward, Data: json.RawMessage(`{"value":-3,"call_id":"c1"}`)},
+	}))
+	r := must(s.CompleteAttempt(c, "r", cl.Attempt.ID, store.AttemptSucceeded, ""))
+	if r.Reward == nil || *r.Reward != 1 || len(r.RewardData) == 0 {
+		t.Errorf("reward summary %v %s, want 1 (last final reward, primary dimension)", r.Reward, r.RewardData)
+	}
+	cl2 := claim(t, s)
+	r2 := must(s.CompleteAttempt(c, "none", cl2.Attempt.ID, store.AttemptSucceeded, ""))
+	if r2.Reward != nil {
+		t.Errorf("reward without events: %v", *r2.Reward)
+	}
+	lo, hi := 0.5, 2.0
+	got, _ := must2(s.ListRollouts(c, store.RolloutFilter{MinReward: &lo, MaxReward: &hi}))
+	if len(got) != 1 || got[0].ID != "r" {
+		t.Errorf("reward range filter %v", ids(got))
+	}
+}
+
+func testKeys(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "a"}, store.NewRollout{ID: "b"})
+	ca, cb := claim(t, s), claim(t, s)
+	a := must(s.AttemptByKey(c, "a", ca.Attempt.ID, ca.Key))
+	if a.ID != ca.Attempt.ID || a.Status != store.AttemptRunning {
+		t.Errorf("attempt by key %+v", a)
+	}
+	for _, k := range []struct{ r, a, key string }{
+		{"a", ca.Attempt.ID, cb.Key},
+		{"b", cb.Attempt.ID, ca.Key},
+		{"a", cb.Attempt.ID, cb.Key},
+		{"a", ca.Attempt.ID, ""},
+		{"a", ca.Attempt.ID, ca.Key + "x"},
+		{"zz", "yy", ca.Key},
+	} {
+		_, err := s.AttemptByKey(c, k.r, k.a, k.key)
+		wantErr(t, err, store.ErrForbidden)
+	}
+}
+
+func testCancel(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "q"}, store.NewRollout{ID: "run"})
+	must(s.CancelRollout(c, "q", "not needed"))
+	cl := claim(t, s)
+	if cl.Rollout.ID != "run" {
+		t.Fatalf("cancelled rollout was claimed")
+	}
+	r := must(s.CancelRollout(c, "run", "user"))
+	if r.Status != store.RolloutCancelled || r.TerminalSeq == 0 || r.Error == "" {
+		t.Errorf("cancelled %+v", r)
+	}
+	_, err := s.Heartbeat(c, "run", cl.Attempt.ID)
+	wantErr(t, err, store.ErrConflict)
+	_, err = s.CompleteAttempt(c, "run", cl.Attempt.ID, store.AttemptSucceeded, "")
+	wantErr(t, err, store.ErrConflict)
+	_, err = s.CancelRollout(c, "missing", "")
+	wantErr(t, err, store.ErrNotFound)
+}
+
+func testTerminal(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "a"}, store.NewRollout{ID: "b"}, store.NewRollout{ID: "c"})
+	ca, cb := claim(t, s), claim(t, s)
+	if rs := must(s.Terminal(c, 0, 10)); len(rs) != 0 {
+		t.Fatalf("terminal before any ended: %v", ids(rs))
+	}
+	must(s.CompleteAttempt(c, "b", cb.Attempt.ID, store.AttemptSucceeded, ""))
+	must(s.CancelRollout(c, "c", ""))
+	must(s.CompleteAttempt(c, "a", ca.Attempt.ID, store.AttemptFailed, "boom"))
+	rs := must(s.Terminal(c, 0, 10))
+	if got := fmt.Sprint(ids(rs)); got != "[b c a]" {
+		t.Fatalf("terminal order %s, want [b c a]", got)
+	}
+	rest := must(s.Terminal(c, rs[0].TerminalSeq, 10))
+	if got := fmt.Sprint(ids(rest)); got != "[c a]" {
+		t.Errorf("after cursor %s", got)
+	}
+	if one := must(s.Terminal(c, 0, 1)); len(one) != 1 {
+		t.Errorf("limit ignored: %d", len(one))
+	}
+}
+
+func testModels(t *testing.T, s store.Store) {
+	c := ctx(t)
+	m1 := must(s.RegisterModel(c, store.Model{Name: "m", Weights: "/w/1", Endpoints: []string{"http://a"}}))
+	m2 := must(s.RegisterModel(c, store.Model{Name: "m", Weights: "/w/2"}))
+	if m1.Version != 1 || m2.Version != 2 || m1.CreatedAt.IsZero() {
+		t.Fatalf("versions %d %d", m1.Version, m2.Version)
+	}
+	m5 := must(s.RegisterModel(c, store.Model{Name: "m", Version: 5}))
+	if m5.Version != 5 {
+		t.Errorf("explicit version %d", m5.Version)
+	}
+	_, err := s.RegisterModel(c, store.Model{Name: "m", Version: 4})
+	wantErr(t, err, store.ErrConflict)
+	_, err = s.RegisterModel(c, store.Model{})
+	wantErr(t, err, store.ErrInvalid)
+	must(s.RegisterModel(c, store.Model{Name: "other"}))
+	ms := must(s.ListModels(c, "m"))
+	if len(ms) != 3 || ms[0].Version != 5 || ms[2].Version != 1 || ms[2].Endpoints[0] != "http://a" || ms[2].Weights != "/w/1" {
+		t.Errorf("list %+v", ms)
+	}
+	if all := must(s.ListModels(c, "")); len(all) != 4 {
+		t.Errorf("all models %d", len(all))
+	}
+}
+
+func testReapUnresponsive(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r", Config: store.RolloutConfig{MaxAttempts: 2, UnresponsiveSeconds: 5}})
+	a1 := claim(t, s)
+	if res := must(s.Reap(c, time.Now().Add(2*time.Second))); res != (store.ReapResult{}) {
+		t.Fatalf("reaped a live attempt: %+v", res)
+	}
+	res := must(s.Reap(c, time.Now().Add(10*time.Second)))
+	if res.Unresponsive != 1 || res.Requeued != 1 {
+		t.Fatalf("first reap %+v", res)
+	}
+	r := must(s.GetRollout(c, "r"))
+	if r.Status != store.RolloutRequeuing || r.Attempts[0].Status != store.AttemptUnresponsive || r.Attempts[0].Error == "" {
+		t.Fatalf("after reap %+v", r)
+	}
+	_, err := s.CompleteAttempt(c, "r", a1.Attempt.ID, store.AttemptSucceeded, "")
+	wantErr(t, err, store.ErrConflict)
+	a2 := claim(t, s)
+	if a2.Attempt.Number != 2 {
+		t.Fatalf("requeued claim %+v", a2.Attempt)
+	}
+	res = must(s.Reap(c, time.Now().Add(10*time.Second)))
+	if res.Unresponsive != 1 || res.Failed != 1 {
+		t.Fatalf("second reap %+v", res)
+	}
+	r = must(s.GetRollout(c, "r"))
+	if r.Status != store.RolloutFailed || r.Error == "" || r.TerminalSeq == 0 {
+		t.Fatalf("rollout after max attempts %+v", r)
+	}
+}
+
+func testReapTimeout(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r", Config: store.RolloutConfig{TimeoutSeconds: 30, UnresponsiveSeconds: 1000}})
+	cl := claim(t, s)
+	must(s.Heartbeat(c, "r", cl.Attempt.ID))
+	res := must(s.Reap(c, time.Now().Add(time.Minute)))
+	if res.TimedOut != 1 || res.Failed != 1 {
+		t.Fatalf("reap %+v", res)
+	}
+	r := must(s.GetRollout(c, "r"))
+	if r.Status != store.RolloutFailed || r.Attempts[0].Status != store.AttemptTimeout {
+		t.Fatalf("after timeout %+v", r)
+	}
+}
+
+func testConcurrentClaims(t *testing.T, s store.Store) {
+	c := ctx(t)
+	const n, workers = 1000, 16
+	in := make([]store.NewRollout, n)
+	for i := range in {
+		in[i] = store.NewRollout{ID: fmt.Sprintf("r%04d", i)}
+	}
+	for i := 0; i < n; i += 250 {
+		create(t, s, in[i:i+250]...)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				cl, err := s.Claim(c, store.ClaimRequest{WorkerID: fmt.Sprint("w", w)})
+				if errors.Is(err, store.ErrNoneQueued) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				seen[cl.Rollout.ID]++
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != n {
+		t.Fatalf("claimed %d distinct rollouts, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s claimed %d times", id, k)
+		}
+	}
+}
+
+func testConcurrentAppends(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"})
+	cl := claim(t, s)
+	const writers, batches = 8, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for b := 0; b < batches; b++ {
+				evs := make([]store.NewEvent, 5)
+				for i := range evs {
+					evs[i] = store.NewEvent{Type: "log", Data: json.RawMessage(fmt.Sprintf(`{"w":%d,"b":%d,"i":%d}`, w, b, i))}
+				}
+				if _, err := s.AppendEvents(c, "r", cl.Attempt.ID, evs); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	all := must(s.ListEvents(c, store.EventFilter{RolloutID: "r"}))
+	if len(all) != writers*batches*5 {
+		t.Fatalf("%d events, want %d", len(all), writers*batches*5)
+	}
+	// Each batch is contiguous and in order.
+	for i := 0; i < len(all); i += 5 {
+		var first struct{ W, B, I int }
+		json.Unmarshal(all[i].Data, &first)
+		for j := 1; j < 5; j++ {
+			var e struct{ W, B, I int }
+			json.Unmarshal(all[i+j].Data, &e)
+			if e.W != first.W || e.B != first.B || e.I != j {
+				t.Fatalf("batch interleaved at %d: %s after %s", i+j, all[i+j].Data, all[i].Data)
+			}
+		}
+	}
+}
