@@ -1,0 +1,168 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aglrl/agl/store"
+)
+
+// MaxEventBatch bounds how many events one AppendEvents call may carry.
+const MaxEventBatch = 10000
+
+// AppendEvents appends events to a running attempt, atomically and in order.
+func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(evs) > MaxEventBatch {
+		return nil, store.Errorf(store.ErrInvalid, "%d events in one batch, more than %d", len(evs), MaxEventBatch)
+	}
+	t := now()
+	out := make([]store.Event, len(evs))
+	types := make([]string, len(evs))
+	times := make([]time.Time, len(evs))
+	datas := make([][]byte, len(evs))
+	for i, e := range evs {
+		if e.Type == "" {
+			return nil, store.Errorf(store.ErrInvalid, "event %d: type is required", i)
+		}
+		if strings.ContainsRune(e.Type, 0) {
+			return nil, store.Errorf(store.ErrInvalid, "event %d: type contains a NUL byte", i)
+		}
+		data := []byte(e.Data)
+		if len(data) == 0 {
+			data = []byte("null")
+		} else if !json.Valid(data) {
+			return nil, store.Errorf(store.ErrInvalid, "event %d (%s): data is not valid JSON", i, e.Type)
+		}
+		et := t
+		if !e.Time.IsZero() {
+			et = norm(e.Time)
+		}
+		types[i], times[i], datas[i] = e.Type, et, data
+		out[i] = store.Event{RolloutID: rolloutID, AttemptID: attemptID, Type: e.Type, Time: et, Data: json.RawMessage(data)}
+	}
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		// The rollout's row lock orders appends of one rollout by commit,
+		// and refuses appends once the attempt has ended.
+		if _, _, err := lockRunning(ctx, tx, rolloutID, attemptID); err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		// Numbers are drawn first and handed out in ascending order to the
+		// events in input order, whatever order the rows are produced in.
+		rows, err := tx.Query(ctx, `WITH s AS (
+				SELECT nextval(pg_get_serial_sequence('events', 'seq')) AS seq
+				FROM generate_series(1, $3::int)
+			), n AS (
+				SELECT seq, row_number() OVER (ORDER BY seq) AS ord FROM s
+			)
+			INSERT INTO events (seq, rollout_id, attempt_id, type, time, data)
+			SELECT n.seq, $1, $2, u.type, u.time, u.data
+			FROM unnest($4::text[], $5::timestamptz[], $6::bytea[]) WITH ORDINALITY AS u(type, time, data, ord)
+			JOIN n ON n.ord = u.ord
+			RETURNING seq`, rolloutID, attemptID, len(evs), types, times, datas)
+		if err != nil {
+			return err
+		}
+		seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		if len(seqs) != len(evs) {
+			return fmt.Errorf("inserted %d events, expected %d", len(seqs), len(evs))
+		}
+		slices.Sort(seqs)
+		for i := range out {
+			out[i].Seq = seqs[i]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, dbErr("append events", err)
+	}
+	return out, nil
+}
+
+// ListEvents returns a rollout's events in sequence order. A zero Limit
+// returns all of them.
+func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if f.RolloutID == "" {
+		return nil, store.Errorf(store.ErrInvalid, "rollout id is required to list events")
+	}
+	if f.Limit < 0 {
+		return nil, store.Errorf(store.ErrInvalid, "limit %d is negative", f.Limit)
+	}
+	if f.AfterSeq < 0 {
+		return nil, store.Errorf(store.ErrInvalid, "after_seq %d is negative", f.AfterSeq)
+	}
+	args := []any{f.RolloutID, f.AfterSeq}
+	q := `SELECT seq, rollout_id, attempt_id, type, time, data FROM events WHERE rollout_id = $1 AND seq > $2`
+	if f.AttemptID != "" {
+		args = append(args, f.AttemptID)
+		q += fmt.Sprintf(" AND attempt_id = $%d", len(args))
+	}
+	if len(f.Types) > 0 {
+		args = append(args, f.Types)
+		q += fmt.Sprintf(" AND type = ANY($%d)", len(args))
+	}
+	q += " ORDER BY seq"
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	var out []store.Event
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		out = out[:0]
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				e    store.Event
+				t    time.Time
+				data []byte
+			)
+			if err := rows.Scan(&e.Seq, &e.RolloutID, &e.AttemptID, &e.Type, &t, &data); err != nil {
+				return err
+			}
+			e.Time = t.UTC()
+			e.Data = json.RawMessage(data)
+			out = append(out, e)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			var one int
+			err := tx.QueryRow(ctx, "SELECT 1 FROM rollouts WHERE id = $1", f.RolloutID).Scan(&one)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return store.Errorf(store.ErrNotFound, "rollout %s", f.RolloutID)
+			}
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, dbErr("list events", err)
+	}
+	if out == nil {
+		out = []store.Event{}
+	}
+	return out, nil
+}

@@ -1,0 +1,395 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aglrl/agl/store"
+)
+
+// Limits on paging.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+	// MaxIDLen bounds caller-supplied ids.
+	MaxIDLen = 256
+)
+
+const rolloutCols = `id, seq, group_id, task, mode, metadata, timeout_seconds, max_attempts,
+	unresponsive_seconds, status, num_attempts, error, reward, reward_data,
+	created_at, updated_at, terminal_seq`
+
+func scanRollout(row pgx.Row) (store.Rollout, error) {
+	var (
+		r                    store.Rollout
+		task, meta, rwdData  []byte
+		mode, status         string
+		created, updated     time.Time
+		maxAttempts, numAtts int32
+	)
+	err := row.Scan(&r.ID, &r.Seq, &r.GroupID, &task, &mode, &meta, &r.Config.TimeoutSeconds,
+		&maxAttempts, &r.Config.UnresponsiveSeconds, &status, &numAtts, &r.Error,
+		&r.Reward, &rwdData, &created, &updated, &r.TerminalSeq)
+	if err != nil {
+		return store.Rollout{}, err
+	}
+	r.Task = json.RawMessage(task)
+	if meta != nil {
+		r.Metadata = json.RawMessage(meta)
+	}
+	if rwdData != nil {
+		r.RewardData = json.RawMessage(rwdData)
+	}
+	r.Mode = store.Mode(mode)
+	r.Status = store.RolloutStatus(status)
+	r.Config.MaxAttempts = int(maxAttempts)
+	r.NumAttempts = int(numAtts)
+	r.CreatedAt = created.UTC()
+	r.UpdatedAt = updated.UTC()
+	return r, nil
+}
+
+func collectRollouts(rows pgx.Rows) ([]store.Rollout, error) {
+	defer rows.Close()
+	var out []store.Rollout
+	for rows.Next() {
+		r, err := scanRollout(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// validateNew checks and normalises one NewRollout.
+func validateNew(i int, nr store.NewRollout) (store.NewRollout, error) {
+	if len(nr.ID) > MaxIDLen {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: id longer than %d bytes", i, MaxIDLen)
+	}
+	if strings.ContainsRune(nr.ID, 0) {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: id contains a NUL byte", i)
+	}
+	if len(nr.Task) == 0 {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: task is required", i)
+	}
+	if !json.Valid(nr.Task) {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: task is not valid JSON", i)
+	}
+	if len(nr.Metadata) > 0 && !json.Valid(nr.Metadata) {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: metadata is not valid JSON", i)
+	}
+	if nr.Mode == "" {
+		nr.Mode = store.ModeTrain
+	}
+	if !nr.Mode.Valid() {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: mode %q is not train or val", i, nr.Mode)
+	}
+	c := nr.Config
+	if bad(c.TimeoutSeconds) {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: timeout_seconds %v must be a finite number >= 0", i, c.TimeoutSeconds)
+	}
+	if bad(c.UnresponsiveSeconds) {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: unresponsive_seconds %v must be a finite number >= 0", i, c.UnresponsiveSeconds)
+	}
+	if c.MaxAttempts < 0 {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: max_attempts %d must be >= 0", i, c.MaxAttempts)
+	}
+	if c.MaxAttempts > math.MaxInt32 {
+		return nr, store.Errorf(store.ErrInvalid, "rollout %d: max_attempts %d too large", i, c.MaxAttempts)
+	}
+	nr.Config = c.WithDefaults()
+	if nr.ID == "" {
+		nr.ID = newID("ro-")
+	}
+	return nr, nil
+}
+
+func bad(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) || f < 0 }
+
+// CreateRollouts creates rollouts atomically; existing ids are returned as stored.
+func (s *Store) CreateRollouts(ctx context.Context, rs []store.NewRollout) ([]store.Rollout, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	norms := make([]store.NewRollout, len(rs))
+	for i, nr := range rs {
+		n, err := validateNew(i, nr)
+		if err != nil {
+			return nil, err
+		}
+		norms[i] = n
+	}
+	if len(norms) == 0 {
+		return []store.Rollout{}, nil
+	}
+	out := make([]store.Rollout, len(norms))
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		t := now()
+		b := &pgx.Batch{}
+		for _, nr := range norms {
+			var meta []byte
+			if len(nr.Metadata) > 0 {
+				meta = []byte(nr.Metadata)
+			}
+			b.Queue(`INSERT INTO rollouts (id, group_id, task, mode, metadata, timeout_seconds,
+				max_attempts, unresponsive_seconds, status, created_at, updated_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queuing', $9, $9)
+				ON CONFLICT (id) DO NOTHING
+				RETURNING `+rolloutCols,
+				nr.ID, nr.GroupID, []byte(nr.Task), string(nr.Mode), meta, nr.Config.TimeoutSeconds,
+				int32(nr.Config.MaxAttempts), nr.Config.UnresponsiveSeconds, t)
+		}
+		br := tx.SendBatch(ctx, b)
+		missing := []int{}
+		for i := range norms {
+			r, err := scanRollout(br.QueryRow())
+			if errors.Is(err, pgx.ErrNoRows) {
+				missing = append(missing, i)
+				continue
+			}
+			if err != nil {
+				br.Close()
+				return err
+			}
+			out[i] = r
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		// Ids that already existed (or repeat within this batch).
+		for _, i := range missing {
+			r, err := scanRollout(tx.QueryRow(ctx, "SELECT "+rolloutCols+" FROM rollouts WHERE id = $1", norms[i].ID))
+			if err != nil {
+				return err
+			}
+			out[i] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, dbErr("create rollouts", err)
+	}
+	return out, nil
+}
+
+// GetRollout returns one rollout with its attempts.
+func (s *Store) GetRollout(ctx context.Context, id string) (store.Rollout, error) {
+	if err := s.check(); err != nil {
+		return store.Rollout{}, err
+	}
+	var r store.Rollout
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		r, err = getRollout(ctx, tx, id, "")
+		if err != nil {
+			return err
+		}
+		r.Attempts, err = listAttempts(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return store.Rollout{}, dbErr("get rollout", err)
+	}
+	return r, nil
+}
+
+// getRollout reads one rollout; lock is "" or a locking clause.
+func getRollout(ctx context.Context, q pgx.Tx, id, lock string) (store.Rollout, error) {
+	r, err := scanRollout(q.QueryRow(ctx, "SELECT "+rolloutCols+" FROM rollouts WHERE id = $1 "+lock, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Rollout{}, store.Errorf(store.ErrNotFound, "rollout %s", id)
+	}
+	return r, err
+}
+
+// ListRollouts pages through rollouts in creation order.
+func (s *Store) ListRollouts(ctx context.Context, f store.RolloutFilter) ([]store.Rollout, int64, error) {
+	if err := s.check(); err != nil {
+		return nil, 0, err
+	}
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if len(f.Status) > 0 {
+		ss := make([]string, len(f.Status))
+		for i, st := range f.Status {
+			if !st.Valid() {
+				return nil, 0, store.Errorf(store.ErrInvalid, "unknown rollout status %q", st)
+			}
+			ss[i] = string(st)
+		}
+		where = append(where, "status = ANY("+arg(ss)+")")
+	}
+	if f.GroupID != "" {
+		where = append(where, "group_id = "+arg(f.GroupID))
+	}
+	if f.Mode != "" {
+		if !f.Mode.Valid() {
+			return nil, 0, store.Errorf(store.ErrInvalid, "unknown mode %q", f.Mode)
+		}
+		where = append(where, "mode = "+arg(string(f.Mode)))
+	}
+	if f.MinReward != nil {
+		where = append(where, "reward >= "+arg(*f.MinReward))
+	}
+	if f.MaxReward != nil {
+		where = append(where, "reward <= "+arg(*f.MaxReward))
+	}
+	if f.Cursor < 0 {
+		return nil, 0, store.Errorf(store.ErrInvalid, "cursor %d is negative", f.Cursor)
+	}
+	order := "ASC"
+	if f.Desc {
+		order = "DESC"
+		if f.Cursor > 0 {
+			where = append(where, "seq < "+arg(f.Cursor))
+		}
+	} else if f.Cursor > 0 {
+		where = append(where, "seq > "+arg(f.Cursor))
+	}
+	q := "SELECT " + rolloutCols + " FROM rollouts"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY seq " + order + " LIMIT " + arg(limit+1)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, 0, dbErr("list rollouts", err)
+	}
+	rs, err := collectRollouts(rows)
+	if err != nil {
+		return nil, 0, dbErr("list rollouts", err)
+	}
+	var next int64
+	if len(rs) > limit {
+		rs = rs[:limit]
+		next = rs[limit-1].Seq
+	}
+	if rs == nil {
+		rs = []store.Rollout{}
+	}
+	return rs, next, nil
+}
+
+func pageLimit(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, store.Errorf(store.ErrInvalid, "limit %d is negative", n)
+	case n == 0:
+		return DefaultLimit, nil
+	case n > MaxLimit:
+		return MaxLimit, nil
+	}
+	return n, nil
+}
+
+// CountRollouts counts rollouts by status.
+func (s *Store) CountRollouts(ctx context.Context) (store.Counts, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT status, count(*) FROM rollouts GROUP BY status")
+	if err != nil {
+		return nil, dbErr("count rollouts", err)
+	}
+	defer rows.Close()
+	c := store.Counts{}
+	for rows.Next() {
+		var st string
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, dbErr("count rollouts", err)
+		}
+		c[store.RolloutStatus(st)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr("count rollouts", err)
+	}
+	return c, nil
+}
+
+// CancelRollout cancels a non-terminal rollout and fails its running attempt.
+func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rollout, error) {
+	if reason == "" {
+		reason = "cancelled"
+	}
+	var r store.Rollout
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		cur, err := getRollout(ctx, tx, id, "FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if cur.Status.Terminal() {
+			return store.Errorf(store.ErrConflict, "rollout %s is %s, cannot cancel", id, cur.Status)
+		}
+		t := now()
+		if _, err := tx.Exec(ctx, `UPDATE attempts SET status = 'failed', ended_at = $2, error = $3
+			WHERE rollout_id = $1 AND status = 'running'`, id, t, reason); err != nil {
+			return err
+		}
+		r, err = finish(ctx, tx, id, store.RolloutCancelled, reason, nil, nil, t)
+		return err
+	})
+	if err != nil {
+		return store.Rollout{}, dbErr("cancel rollout", err)
+	}
+	return r, nil
+}
+
+// finish makes a locked rollout terminal: it takes the next terminal
+// sequence number under the counter row's lock (held until commit, so the
+// numbers are handed out in commit order) and stores the final state.
+func finish(ctx context.Context, tx pgx.Tx, id string, st store.RolloutStatus, errMsg string,
+	reward *float64, rewardData []byte, t time.Time) (store.Rollout, error) {
+	var seq int64
+	if err := tx.QueryRow(ctx, "UPDATE counters SET v = v + 1 WHERE name = 'terminal' RETURNING v").Scan(&seq); err != nil {
+		return store.Rollout{}, fmt.Errorf("terminal counter: %w", err)
+	}
+	return scanRollout(tx.QueryRow(ctx, `UPDATE rollouts SET status = $2, error = $3, reward = $4,
+		reward_data = $5, updated_at = $6, terminal_seq = $7 WHERE id = $1 RETURNING `+rolloutCols,
+		id, string(st), errMsg, reward, rewardData, t, seq))
+}
+
+// Terminal returns rollouts that became terminal after the cursor, in order.
+func (s *Store) Terminal(ctx context.Context, after int64, limit int) ([]store.Rollout, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	n, err := pageLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	if after < 0 {
+		return nil, store.Errorf(store.ErrInvalid, "cursor %d is negative", after)
+	}
+	rows, err := s.pool.Query(ctx, "SELECT "+rolloutCols+` FROM rollouts
+		WHERE terminal_seq > $1 ORDER BY terminal_seq LIMIT $2`, after, n)
+	if err != nil {
+		return nil, dbErr("terminal", err)
+	}
+	rs, err := collectRollouts(rows)
+	if err != nil {
+		return nil, dbErr("terminal", err)
+	}
+	if rs == nil {
+		rs = []store.Rollout{}
+	}
+	return rs, nil
+}
