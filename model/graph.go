@@ -1,0 +1,177 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph DSL
+)
+
+// net is the model's graph-building code for one graph: the weight nodes
+// by name plus the configuration.
+type net struct {
+	cfg Config
+	p   map[string]*Node
+}
+
+func newNet(cfg Config, params []*Node) *net {
+	n := &net{cfg: cfg, p: make(map[string]*Node, len(params))}
+	for i, spec := range cfg.Params() {
+		n.p[spec.Name] = params[i]
+	}
+	if cfg.TieWordEmbeddings {
+		n.p["lm_head.weight"] = n.p["model.embed_tokens.weight"]
+	}
+	return n
+}
+
+func (n *net) w(name string) *Node {
+	x, ok := n.p[name]
+	if !ok {
+		panic(fmt.Errorf("model: no parameter %s", name))
+	}
+	return x
+}
+
+// rmsNorm normalizes over the last axis and scales by weight.
+func rmsNorm(x, weight *Node, eps float64) *Node {
+	ms := ReduceAndKeep(Square(x), ReduceMean, -1)
+	r := BroadcastToDims(Rsqrt(AddScalar(ms, eps)), x.Shape().Dimensions...)
+	return Mul(Mul(x, r), like(weight, x))
+}
+
+// like broadcasts v (whose dims are x's trailing or size-1 dims) to x's shape.
+func like(v, x *Node) *Node {
+	if v.Rank() < x.Rank() {
+		v = ExpandLeftToRank(v, x.Rank())
+	}
+	return BroadcastToDims(v, x.Shape().Dimensions...)
+}
+
+// linear applies y = x·Wᵀ (+ b) with W shaped [out, in] over x's last axis.
+func linear(x, w, b *Node) *Node {
+	// Contract x's last axis with W's axis 1.
+	y := DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
+	if b != nil {
+		y = Add(y, like(b, y))
+	}
+	return y
+}
+
+// rope rotates x [B, L, heads, hd] by positions [B, L] (Hugging Face
+// "rotate half" convention).
+func rope(x, positions *Node, theta float64) *Node {
+	g := x.Graph()
+	hd := x.Shape().Dim(-1)
+	half := hd / 2
+	inv := make([]float32, half)
+	for i := range inv {
+		inv[i] = float32(1 / math.Pow(theta, float64(2*i)/float64(hd)))
+	}
+	pos := ConvertDType(positions, dtypes.Float32) // [B, L]
+	b0, l0 := pos.Shape().Dim(0), pos.Shape().Dim(1)
+	freqs := Mul(BroadcastToDims(ExpandAxes(pos, -1), b0, l0, half),
+		BroadcastToDims(Reshape(Const(g, inv), 1, 1, half), b0, l0, half)) // [B, L, half]
+	emb := Concatenate([]*Node{freqs, freqs}, -1)                // [B, L, hd]
+	cos, sin := ExpandAxes(Cos(emb), 2), ExpandAxes(Sin(emb), 2) // [B, L, 1, hd]
+	x1, x2 := SliceAxis(x, -1, AxisRange(0, half)), SliceAxis(x, -1, AxisRange(half))
+	rot := Concatenate([]*Node{Neg(x2), x1}, -1)
+	b, l, h := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(2)
+	cos = BroadcastToDims(cos, b, l, h, hd)
+	sin = BroadcastToDims(sin, b, l, h, hd)
+	return Add(Mul(x, cos), Mul(rot, sin))
+}
+
+// attention computes grouped-query attention of q [B, L, H, hd] over keys
+// and values [B, S, KV, hd]; mask [B, L, S] says which keys each query sees.
+// It returns [B, L, H*hd].
+func attention(q, k, v, mask *Node, kvHeads int) *Node {
+	b, l, h, hd := q.Shape().Dim(0), q.Shape().Dim(1), q.Shape().Dim(2), q.Shape().Dim(3)
+	s := k.Shape().Dim(1)
+	grp := h / kvHeads
+	q = Reshape(q, b, l, kvHeads, grp, hd)
+	q = MulScalar(q, 1/math.Sqrt(float64(hd)))
+	scores := Einsum("blkgd,bskd->bkgls", q, k) // [B, KV, G, L, S]
+	m := BroadcastToDims(Reshape(mask, b, 1, 1, l, s), b, kvHeads, grp, l, s)
+	scores = Where(m, scores, BroadcastToDims(Const(q.Graph(), float32(-1e30)), b, kvHeads, grp, l, s))
+	probs := Softmax(scores, -1)
+	out := Einsum("bkgls,bskd->blkgd", probs, v) // [B, L, KV, G, hd]
+	return Reshape(out, b, l, h*hd)
+}
+
+// layerKV is what one layer adds to the key/value cache.
+type layerKV struct{ k, v *Node }
+
+// kvFunc lets the caller combine a layer's new keys/values [B, L, KV, hd]
+// with a cache; it returns the keys/values to attend over and the mask.
+type kvFunc func(layer int, k, v *Node) (keys, values, mask *Node)
+
+// decoder runs the transformer over ids [B, L] at positions [B, L] and
+// returns the final normalized hidden states [B, L, D].
+func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
+	c := n.cfg
+	b, l := ids.Shape().Dim(0), ids.Shape().Dim(1)
+	x := Gather(n.w("model.embed_tokens.weight"), ExpandAxes(ids, -1)) // [B, L, D]
+	eps := c.RMSNormEps
+	hd := c.HeadDim
+	for i := range c.NumHiddenLayers {
+		pre := fmt.Sprintf("model.layers.%d.", i)
+		h := rmsNorm(x, n.w(pre+"input_layernorm.weight"), eps)
+		var qb, kb, vb, ob *Node
+		if c.QKVBias() {
+			qb, kb, vb = n.w(pre+"self_attn.q_proj.bias"), n.w(pre+"self_attn.k_proj.bias"), n.w(pre+"self_attn.v_proj.bias")
+		}
+		if c.OBias() {
+			ob = n.w(pre + "self_attn.o_proj.bias")
+		}
+		q := Reshape(linear(h, n.w(pre+"self_attn.q_proj.weight"), qb), b, l, c.NumAttentionHeads, hd)
+		k := Reshape(linear(h, n.w(pre+"self_attn.k_proj.weight"), kb), b, l, c.NumKeyValueHeads, hd)
+		v := Reshape(linear(h, n.w(pre+"self_attn.v_proj.weight"), vb), b, l, c.NumKeyValueHeads, hd)
+		if c.QKNorm() {
+			q = rmsNorm(q, n.w(pre+"self_attn.q_norm.weight"), eps)
+			k = rmsNorm(k, n.w(pre+"self_attn.k_norm.weight"), eps)
+		}
+		q = rope(q, positions, c.RopeTheta)
+		k = rope(k, positions, c.RopeTheta)
+		keys, values, mask := kv(i, k, v)
+		a := attention(q, keys, values, mask, c.NumKeyValueHeads)
+		x = Add(x, linear(a, n.w(pre+"self_attn.o_proj.weight"), ob))
+		h = rmsNorm(x, n.w(pre+"post_attention_layernorm.weight"), eps)
+		gate := linear(h, n.w(pre+"mlp.gate_proj.weight"), nil)
+		up := linear(h, n.w(pre+"mlp.up_proj.weight"), nil)
+		x = Add(x, linear(Mul(Mul(gate, Sigmoid(gate)), up), n.w(pre+"mlp.down_proj.weight"), nil))
+	}
+	return rmsNorm(x, n.w("model.norm.weight"), eps)
+}
+
+// logits projects hidden states to the vocabulary.
+func (n *net) logits(h *Node) *Node { return linear(h, n.w("lm_head.weight"), nil) }
+
+// causalKV is the kvFunc of a full-sequence (no cache) forward pass.
+func causalKV(k, v *Node) (*Node, *Node, *Node) {
+	g := k.Graph()
+	b, l := k.Shape().Dim(0), k.Shape().Dim(1)
+	rows := Iota(g, shapes.Make(dtypes.Int32, b, l, l), 1)
+	cols := Iota(g, shapes.Make(dtypes.Int32, b, l, l), 2)
+	return k, v, GreaterOrEqual(rows, cols)
+}
+
+// tokenLogProbs runs a teacher-forced pass over ids [B, T] and returns
+// logp [B, T] with logp[:, t] = log p(ids[t] | ids[:t]) (0 at t = 0) and the
+// entropy [B, T] of the distribution that predicted token t (0 at t = 0).
+func (n *net) tokenLogProbs(ids *Node) (logp, entropy *Node) {
+	g := ids.Graph()
+	b, t := ids.Shape().Dim(0), ids.Shape().Dim(1)
+	positions := Iota(g, shapes.Make(dtypes.Int32, b, t), 1)
+	h := n.decoder(ids, positions, func(_ int, k, v *Node) (*Node, *Node, *Node) { return causalKV(k, v) })
+	h = SliceAxis(h, 1, AxisRange(0, t-1)) // predictions for tokens 1..T-1
+	lsm := LogSoftmax(n.logits(h), -1)     // [B, T-1, V]
+	targets := SliceAxis(ids, 1, AxisRange(1))
+	oh := OneHot(targets, n.cfg.VocabSize, dtypes.Float32)
+	lp := ReduceSum(Mul(lsm, oh), -1)             // [B, T-1]
+	ent := Neg(ReduceSum(Mul(Exp(lsm), lsm), -1)) // [B, T-1]
+	zero := Zeros(g, shapes.Make(dtypes.Float32, b, 1))
+	return Concatenate([]*Node{zero, lp}, 1), Concatenate([]*Node{zero, ent}, 1)
+}
