@@ -2,13 +2,9 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,9 +12,6 @@ import (
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
-
-// KeyPrefix starts every scoped attempt key.
-const KeyPrefix = "agl_sk_"
 
 const attemptCols = `rollout_id, id, number, worker_id, status, started_at, last_heartbeat, ended_at, error`
 
@@ -72,17 +65,6 @@ func getAttempt(ctx context.Context, tx pgx.Tx, rolloutID, attemptID, lock strin
 	return a, err
 }
 
-// newKey returns a fresh scoped key and its SHA-256.
-func newKey() (string, []byte) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err))
-	}
-	key := KeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
-	h := sha256.Sum256([]byte(key))
-	return key, h[:]
-}
-
 // Claim takes the oldest queuing or requeuing rollout and starts an attempt.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
 	if req.Mode != "" && !req.Mode.Valid() {
@@ -106,10 +88,10 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		if err != nil {
 			return err
 		}
-		key, hash := newKey()
+		key, hash := store.NewKey()
 		a, err := scanAttempt(tx.QueryRow(ctx, `INSERT INTO attempts (rollout_id, id, number, worker_id,
 			status, key_hash, started_at, last_heartbeat) VALUES ($1, $2, $3, $4, 'running', $5, $6, $6)
-			RETURNING `+attemptCols, r.ID, newID("at-"), int32(r.NumAttempts), req.WorkerID, hash, t))
+			RETURNING `+attemptCols, r.ID, store.NewID("at_"), int32(r.NumAttempts), req.WorkerID, hash, t))
 		if err != nil {
 			return err
 		}
@@ -199,7 +181,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 	}
 	var out store.Rollout
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		r, a, err := lockRunning(ctx, tx, rolloutID, attemptID)
+		r, _, err := lockRunning(ctx, tx, rolloutID, attemptID)
 		if err != nil {
 			return err
 		}
@@ -208,22 +190,11 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 			WHERE rollout_id = $1 AND id = $2`, rolloutID, attemptID, string(status), t, errMsg); err != nil {
 			return err
 		}
-		if status == store.AttemptFailed && r.NumAttempts < r.Config.MaxAttempts {
-			out, err = requeue(ctx, tx, rolloutID, t)
+		if err := setReward(ctx, tx, rolloutID, attemptID); err != nil {
 			return err
 		}
-		final, reason := store.RolloutSucceeded, ""
-		if status == store.AttemptFailed {
-			final, reason = store.RolloutFailed, errMsg
-			if reason == "" {
-				reason = fmt.Sprintf("attempt %d failed", a.Number)
-			}
-		}
-		reward, data, err := lastReward(ctx, tx, rolloutID, attemptID)
-		if err != nil {
-			return err
-		}
-		out, err = finish(ctx, tx, rolloutID, final, reason, reward, data, t)
+		next, msg := store.AttemptOutcome(r, status, errMsg)
+		out, err = setStatus(ctx, tx, rolloutID, next, msg, t)
 		return err
 	})
 	if err != nil {
@@ -232,37 +203,31 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 	return out, nil
 }
 
-func requeue(ctx context.Context, tx pgx.Tx, rolloutID string, t time.Time) (store.Rollout, error) {
-	return scanRollout(tx.QueryRow(ctx, `UPDATE rollouts SET status = 'requeuing', updated_at = $2
-		WHERE id = $1 RETURNING `+rolloutCols, rolloutID, t))
-}
-
-// lastReward finds the attempt's last final reward event (one without a
-// call_id; intermediate rewards name the call they score) and returns its
-// primary value and data, or nils when there is none.
-func lastReward(ctx context.Context, tx pgx.Tx, rolloutID, attemptID string) (*float64, []byte, error) {
+// setReward stores the reward summary of the attempt's last final reward
+// event (api.RewardSummary) on its rollout, or clears it when there is none.
+func setReward(ctx context.Context, tx pgx.Tx, rolloutID, attemptID string) error {
 	rows, err := tx.Query(ctx, `SELECT data FROM events WHERE rollout_id = $1 AND attempt_id = $2
 		AND type = 'reward' ORDER BY seq DESC`, rolloutID, attemptID)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			return nil, nil, err
-		}
-		rw, err := api.ParseReward(data)
-		if err != nil || rw.CallID != "" {
-			continue
-		}
-		v, err := rw.PrimaryValue()
-		if err != nil {
-			continue
-		}
-		return &v, data, nil
+	datas, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (json.RawMessage, error) {
+		var d []byte
+		err := row.Scan(&d)
+		return json.RawMessage(d), err
+	})
+	if err != nil {
+		return fmt.Errorf("read rewards: %w", err)
 	}
-	return nil, nil, rows.Err()
+	var (
+		reward *float64
+		data   []byte
+	)
+	if v, d, ok := api.RewardSummary(datas); ok {
+		reward, data = &v, []byte(d)
+	}
+	_, err = tx.Exec(ctx, "UPDATE rollouts SET reward = $2, reward_data = $3 WHERE id = $1", rolloutID, reward, data)
+	return err
 }
 
 // AttemptByKey returns the attempt if key is its scoped key.
@@ -284,14 +249,14 @@ func (s *Store) AttemptByKey(ctx context.Context, rolloutID, attemptID, key stri
 	)
 	err := row.Scan(&a.RolloutID, &a.ID, &num, &a.WorkerID, &status, &started, &lastBeat, &ended, &a.Error, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Do not reveal whether the attempt exists.
+		// Same answer, and about the same work, as a wrong key.
+		store.KeyMatches(key, make([]byte, 32))
 		return store.Attempt{}, store.Errorf(store.ErrForbidden, "key does not grant attempt %s of rollout %s", attemptID, rolloutID)
 	}
 	if err != nil {
 		return store.Attempt{}, dbErr("attempt by key", err)
 	}
-	h := sha256.Sum256([]byte(key))
-	if subtle.ConstantTimeCompare(h[:], hash) != 1 {
+	if !store.KeyMatches(key, hash) {
 		return store.Attempt{}, store.Errorf(store.ErrForbidden, "key does not grant attempt %s of rollout %s", attemptID, rolloutID)
 	}
 	a.Number = int(num)
@@ -360,48 +325,18 @@ func reapOne(ctx context.Context, tx pgx.Tx, rolloutID, attemptID string, at tim
 	if err != nil {
 		return err
 	}
-	var (
-		st     store.AttemptStatus
-		reason string
-	)
-	switch {
-	case r.Config.TimeoutSeconds > 0 && at.Sub(a.StartedAt) > secs(r.Config.TimeoutSeconds):
-		st = store.AttemptTimeout
-		reason = fmt.Sprintf("attempt %d timeout: ran for %s, longer than the %s limit",
-			a.Number, fmtSecs(at.Sub(a.StartedAt)), fmtSecs(secs(r.Config.TimeoutSeconds)))
-		res.TimedOut++
-	case r.Config.UnresponsiveSeconds > 0 && at.Sub(a.LastHeartbeat) > secs(r.Config.UnresponsiveSeconds):
-		st = store.AttemptUnresponsive
-		reason = fmt.Sprintf("attempt %d unresponsive: no heartbeat for %s", a.Number, fmtSecs(at.Sub(a.LastHeartbeat)))
-		res.Unresponsive++
-	default:
+	st, msg, stale := store.Staleness(r, a, at)
+	if !stale {
 		return nil // heart-beat meanwhile
 	}
 	if _, err := tx.Exec(ctx, `UPDATE attempts SET status = $3, ended_at = $4, error = $5
-		WHERE rollout_id = $1 AND id = $2`, rolloutID, attemptID, string(st), at, reason); err != nil {
+		WHERE rollout_id = $1 AND id = $2`, rolloutID, attemptID, string(st), at, msg); err != nil {
 		return err
 	}
-	if r.NumAttempts < r.Config.MaxAttempts {
-		res.Requeued++
-		_, err := requeue(ctx, tx, rolloutID, at)
+	next, rmsg := store.AttemptOutcome(r, st, msg)
+	if _, err := setStatus(ctx, tx, rolloutID, next, rmsg, at); err != nil {
 		return err
 	}
-	res.Failed++
-	reward, data, err := lastReward(ctx, tx, rolloutID, attemptID)
-	if err != nil {
-		return err
-	}
-	_, err = finish(ctx, tx, rolloutID, store.RolloutFailed, reason, reward, data, at)
-	return err
-}
-
-func secs(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
-
-// fmtSecs renders d as whole seconds ("61s"), or with decimals when under 10s.
-func fmtSecs(d time.Duration) string {
-	s := d.Seconds()
-	if s < 10 && s != math.Trunc(s) {
-		return fmt.Sprintf("%.3gs", s)
-	}
-	return fmt.Sprintf("%.0fs", math.Floor(s))
+	res.Count(st, next)
+	return nil
 }

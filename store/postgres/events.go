@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,32 +24,20 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 	if len(evs) > MaxEventBatch {
 		return nil, store.Errorf(store.ErrInvalid, "%d events in one batch, more than %d", len(evs), MaxEventBatch)
 	}
-	t := now()
+	evs, err := store.ValidateEvents(evs, now())
+	if err != nil {
+		return nil, err
+	}
 	out := make([]store.Event, len(evs))
 	types := make([]string, len(evs))
 	times := make([]time.Time, len(evs))
 	datas := make([][]byte, len(evs))
 	for i, e := range evs {
-		if e.Type == "" {
-			return nil, store.Errorf(store.ErrInvalid, "event %d: type is required", i)
-		}
-		if strings.ContainsRune(e.Type, 0) {
-			return nil, store.Errorf(store.ErrInvalid, "event %d: type contains a NUL byte", i)
-		}
-		data := []byte(e.Data)
-		if len(data) == 0 {
-			data = []byte("null")
-		} else if !json.Valid(data) {
-			return nil, store.Errorf(store.ErrInvalid, "event %d (%s): data is not valid JSON", i, e.Type)
-		}
-		et := t
-		if !e.Time.IsZero() {
-			et = norm(e.Time)
-		}
-		types[i], times[i], datas[i] = e.Type, et, data
-		out[i] = store.Event{RolloutID: rolloutID, AttemptID: attemptID, Type: e.Type, Time: et, Data: json.RawMessage(data)}
+		et := norm(e.Time)
+		types[i], times[i], datas[i] = e.Type, et, []byte(e.Data)
+		out[i] = store.Event{RolloutID: rolloutID, AttemptID: attemptID, Type: e.Type, Time: et, Data: e.Data}
 	}
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err = s.tx(ctx, func(tx pgx.Tx) error {
 		// The rollout's row lock orders appends of one rollout by commit,
 		// and refuses appends once the attempt has ended.
 		if _, _, err := lockRunning(ctx, tx, rolloutID, attemptID); err != nil {
@@ -94,7 +81,7 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 	return out, nil
 }
 
-// ListEvents returns a rollout's events in sequence order. A zero Limit
+// ListEvents returns a rollout's events in sequence order. A Limit <= 0
 // returns all of them.
 func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
 	if err := s.check(); err != nil {
@@ -102,12 +89,6 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 	}
 	if f.RolloutID == "" {
 		return nil, store.Errorf(store.ErrInvalid, "rollout id is required to list events")
-	}
-	if f.Limit < 0 {
-		return nil, store.Errorf(store.ErrInvalid, "limit %d is negative", f.Limit)
-	}
-	if f.AfterSeq < 0 {
-		return nil, store.Errorf(store.ErrInvalid, "after_seq %d is negative", f.AfterSeq)
 	}
 	args := []any{f.RolloutID, f.AfterSeq}
 	q := `SELECT seq, rollout_id, attempt_id, type, time, data FROM events WHERE rollout_id = $1 AND seq > $2`

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,17 +37,8 @@ func (s *Store) RegisterModel(ctx context.Context, m store.Model) (store.Model, 
 	if err := s.check(); err != nil {
 		return store.Model{}, err
 	}
-	if m.Name == "" {
-		return store.Model{}, store.Errorf(store.ErrInvalid, "model name is required")
-	}
-	if strings.ContainsRune(m.Name, 0) {
-		return store.Model{}, store.Errorf(store.ErrInvalid, "model name contains a NUL byte")
-	}
-	if m.Version < 0 {
-		return store.Model{}, store.Errorf(store.ErrInvalid, "model %s: version %d is negative", m.Name, m.Version)
-	}
-	if len(m.Metadata) > 0 && !json.Valid(m.Metadata) {
-		return store.Model{}, store.Errorf(store.ErrInvalid, "model %s: metadata is not valid JSON", m.Name)
+	if err := m.Validate(); err != nil {
+		return store.Model{}, err
 	}
 	var out store.Model
 	err := s.tx(ctx, func(tx pgx.Tx) error {

@@ -16,8 +16,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -262,15 +260,6 @@ func now() time.Time { return norm(time.Now()) }
 // returns equals what a later read returns.
 func norm(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
-// newID returns prefix + 24 random hex digits.
-func newID(prefix string) string {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err))
-	}
-	return prefix + hex.EncodeToString(b[:])
-}
-
 // dbErr wraps an unexpected database error with the operation's name.
 func dbErr(op string, err error) error {
 	if err == nil {
@@ -280,6 +269,12 @@ func dbErr(op string, err error) error {
 		errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrForbidden) ||
 		errors.Is(err, store.ErrNoneQueued) || errors.Is(err, store.ErrStoreClosing) {
 		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		// Data exceptions: a value PostgreSQL cannot store (invalid UTF-8,
+		// a NUL byte in text, a number out of range).
+		return store.Errorf(store.ErrInvalid, "%s: %s", op, pgErr.Message)
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)
 }

@@ -94,14 +94,15 @@ func TestCreateRolloutsInvalid(t *testing.T) {
 		nr   store.NewRollout
 		want string
 	}{
-		{"no task", store.NewRollout{}, "task is required"},
 		{"bad task", store.NewRollout{Task: json.RawMessage(`{"a":`)}, "task is not valid JSON"},
 		{"bad metadata", store.NewRollout{Task: task(1), Metadata: json.RawMessage(`nope`)}, "metadata"},
 		{"bad mode", store.NewRollout{Task: task(1), Mode: "test"}, `mode "test"`},
-		{"negative timeout", store.NewRollout{Task: task(1), Config: store.RolloutConfig{TimeoutSeconds: -1}}, "timeout_seconds"},
+		{"negative timeout", store.NewRollout{Task: task(1), Config: store.RolloutConfig{TimeoutSeconds: -1}}, "must not be negative"},
 		{"nan unresponsive", store.NewRollout{Task: task(1), Config: store.RolloutConfig{UnresponsiveSeconds: math.NaN()}}, "unresponsive_seconds"},
-		{"negative attempts", store.NewRollout{Task: task(1), Config: store.RolloutConfig{MaxAttempts: -2}}, "max_attempts"},
-		{"long id", store.NewRollout{ID: strings.Repeat("x", 300), Task: task(1)}, "id longer"},
+		{"negative attempts", store.NewRollout{Task: task(1), Config: store.RolloutConfig{MaxAttempts: -2}}, "must not be negative"},
+		{"long id", store.NewRollout{ID: strings.Repeat("x", 300), Task: task(1)}, "at most 200 bytes"},
+		{"nul id", store.NewRollout{ID: "a\x00b", Task: task(1)}, "NUL"},
+		{"bad utf8 group", store.NewRollout{GroupID: "\xff", Task: task(1)}, "UTF8"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,7 +130,7 @@ func TestLifecycle(t *testing.T) {
 	if a.RolloutID != "r" || a.Number != 1 || a.Status != store.AttemptRunning || a.WorkerID != "w" || a.ID == "" {
 		t.Fatalf("attempt %+v", a)
 	}
-	if !strings.HasPrefix(c.Key, KeyPrefix) || len(c.Key) < len(KeyPrefix)+40 {
+	if !strings.HasPrefix(c.Key, store.KeyPrefix) || len(c.Key) < len(store.KeyPrefix)+40 {
 		t.Fatalf("key %q", c.Key)
 	}
 	if _, err := s.Claim(bg, store.ClaimRequest{}); !errors.Is(err, store.ErrNoneQueued) {
@@ -256,7 +257,7 @@ func TestIllegalTransitions(t *testing.T) {
 		{"append no type", func() error {
 			_, err := s.AppendEvents(bg, "done", aid, []store.NewEvent{{Data: json.RawMessage(`1`)}})
 			return err
-		}, store.ErrInvalid, "type is required"},
+		}, store.ErrInvalid, "type is empty"},
 		{"append bad json", func() error {
 			_, err := s.AppendEvents(bg, "done", aid, []store.NewEvent{{Type: "log", Data: json.RawMessage(`{`)}})
 			return err
@@ -269,7 +270,6 @@ func TestIllegalTransitions(t *testing.T) {
 			_, _, err := s.ListRollouts(bg, store.RolloutFilter{Status: []store.RolloutStatus{"nah"}})
 			return err
 		}, store.ErrInvalid, `"nah"`},
-		{"list negative limit", func() error { _, _, err := s.ListRollouts(bg, store.RolloutFilter{Limit: -1}); return err }, store.ErrInvalid, "limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -299,7 +299,7 @@ func TestRetriesAndCancel(t *testing.T) {
 		t.Errorf("old key on new attempt: %v", err)
 	}
 	r, err = s.CompleteAttempt(bg, "r", c2.Attempt.ID, store.AttemptFailed, "boom 2")
-	if err != nil || r.Status != store.RolloutFailed || r.Error != "boom 2" || r.TerminalSeq == 0 || r.Reward != nil {
+	if err != nil || r.Status != store.RolloutFailed || r.Error != "attempt 2 of 2 boom 2" || r.TerminalSeq == 0 || r.Reward != nil {
 		t.Fatalf("after second failure: %+v, %v", r, err)
 	}
 
@@ -307,11 +307,11 @@ func TestRetriesAndCancel(t *testing.T) {
 	mustCreate(t, s, store.NewRollout{ID: "c", Task: task(2)})
 	c3 := mustClaim(t, s)
 	r, err = s.CancelRollout(bg, "c", "operator said so")
-	if err != nil || r.Status != store.RolloutCancelled || r.Error != "operator said so" || r.TerminalSeq == 0 {
+	if err != nil || r.Status != store.RolloutCancelled || r.Error != "cancelled: operator said so" || r.TerminalSeq == 0 {
 		t.Fatalf("cancel: %+v, %v", r, err)
 	}
 	got, _ := s.GetRollout(bg, "c")
-	if got.Attempts[0].Status != store.AttemptFailed || got.Attempts[0].Error != "operator said so" {
+	if got.Attempts[0].Status != store.AttemptFailed || got.Attempts[0].Error != "cancelled: operator said so" {
 		t.Errorf("cancelled attempt: %+v", got.Attempts[0])
 	}
 	if _, err := s.AppendEvents(bg, "c", c3.Attempt.ID, []store.NewEvent{{Type: "log"}}); !errors.Is(err, store.ErrConflict) {
@@ -363,10 +363,10 @@ func TestReap(t *testing.T) {
 		t.Fatalf("reap 2: %+v, %v", res, err)
 	}
 	r, err := s.GetRollout(bg, "u")
-	if err != nil || r.Status != store.RolloutFailed || r.Error != "attempt 2 unresponsive: no heartbeat for 61s" || r.TerminalSeq == 0 {
+	if err != nil || r.Status != store.RolloutFailed || r.Error != "attempt 2 of 2 unresponsive: no heartbeat for 61.0s, limit 60s" || r.TerminalSeq == 0 {
 		t.Fatalf("reaped rollout: %+v, %v", r, err)
 	}
-	if a := r.Attempts[0]; a.Status != store.AttemptUnresponsive || a.Error != "attempt 1 unresponsive: no heartbeat for 61s" || a.EndedAt == nil {
+	if a := r.Attempts[0]; a.Status != store.AttemptUnresponsive || a.Error != "unresponsive: no heartbeat for 61.0s, limit 60s" || a.EndedAt == nil {
 		t.Errorf("attempt 1: %+v", a)
 	}
 
@@ -378,7 +378,7 @@ func TestReap(t *testing.T) {
 		t.Fatalf("reap timeout: %+v, %v", res, err)
 	}
 	r, _ = s.GetRollout(bg, "t")
-	if r.Status != store.RolloutFailed || !strings.Contains(r.Error, "attempt 1 timeout") || r.Attempts[0].Status != store.AttemptTimeout {
+	if r.Status != store.RolloutFailed || r.Error != "attempt 1 of 1 timeout: ran 31.0s, limit 30s" || r.Attempts[0].Status != store.AttemptTimeout {
 		t.Fatalf("timed-out rollout: %+v", r)
 	}
 

@@ -14,14 +14,6 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// Limits on paging.
-const (
-	DefaultLimit = 100
-	MaxLimit     = 1000
-	// MaxIDLen bounds caller-supplied ids.
-	MaxIDLen = 256
-)
-
 const rolloutCols = `id, seq, group_id, task, mode, metadata, timeout_seconds, max_attempts,
 	unresponsive_seconds, status, num_attempts, error, reward, reward_data,
 	created_at, updated_at, terminal_seq`
@@ -69,50 +61,24 @@ func collectRollouts(rows pgx.Rows) ([]store.Rollout, error) {
 	return out, rows.Err()
 }
 
-// validateNew checks and normalises one NewRollout.
-func validateNew(i int, nr store.NewRollout) (store.NewRollout, error) {
-	if len(nr.ID) > MaxIDLen {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: id longer than %d bytes", i, MaxIDLen)
-	}
-	if strings.ContainsRune(nr.ID, 0) {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: id contains a NUL byte", i)
-	}
-	if len(nr.Task) == 0 {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: task is required", i)
-	}
-	if !json.Valid(nr.Task) {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: task is not valid JSON", i)
-	}
-	if len(nr.Metadata) > 0 && !json.Valid(nr.Metadata) {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: metadata is not valid JSON", i)
-	}
-	if nr.Mode == "" {
-		nr.Mode = store.ModeTrain
-	}
-	if !nr.Mode.Valid() {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: mode %q is not train or val", i, nr.Mode)
+// validateNew checks and normalises one NewRollout (store.Normalize plus
+// what PostgreSQL cannot store).
+func validateNew(nr store.NewRollout) (store.NewRollout, error) {
+	nr, err := nr.Normalize()
+	if err != nil {
+		return nr, err
 	}
 	c := nr.Config
-	if bad(c.TimeoutSeconds) {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: timeout_seconds %v must be a finite number >= 0", i, c.TimeoutSeconds)
-	}
-	if bad(c.UnresponsiveSeconds) {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: unresponsive_seconds %v must be a finite number >= 0", i, c.UnresponsiveSeconds)
-	}
-	if c.MaxAttempts < 0 {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: max_attempts %d must be >= 0", i, c.MaxAttempts)
-	}
-	if c.MaxAttempts > math.MaxInt32 {
-		return nr, store.Errorf(store.ErrInvalid, "rollout %d: max_attempts %d too large", i, c.MaxAttempts)
-	}
-	nr.Config = c.WithDefaults()
-	if nr.ID == "" {
-		nr.ID = newID("ro-")
+	switch {
+	case strings.ContainsRune(nr.ID, 0):
+		return nr, store.Errorf(store.ErrInvalid, "rollout id contains a NUL byte")
+	case bad(c.TimeoutSeconds), bad(c.UnresponsiveSeconds):
+		return nr, store.Errorf(store.ErrInvalid, "rollout %s: timeout_seconds and unresponsive_seconds must be finite numbers >= 0", nr.ID)
+	case c.MaxAttempts > math.MaxInt32:
+		return nr, store.Errorf(store.ErrInvalid, "rollout %s: max_attempts %d too large", nr.ID, c.MaxAttempts)
 	}
 	return nr, nil
 }
-
-func bad(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) || f < 0 }
 
 // CreateRollouts creates rollouts atomically; existing ids are returned as stored.
 func (s *Store) CreateRollouts(ctx context.Context, rs []store.NewRollout) ([]store.Rollout, error) {
@@ -121,7 +87,7 @@ func (s *Store) CreateRollouts(ctx context.Context, rs []store.NewRollout) ([]st
 	}
 	norms := make([]store.NewRollout, len(rs))
 	for i, nr := range rs {
-		n, err := validateNew(i, nr)
+		n, err := validateNew(nr)
 		if err != nil {
 			return nil, err
 		}
@@ -215,10 +181,7 @@ func (s *Store) ListRollouts(ctx context.Context, f store.RolloutFilter) ([]stor
 	if err := s.check(); err != nil {
 		return nil, 0, err
 	}
-	limit, err := pageLimit(f.Limit)
-	if err != nil {
-		return nil, 0, err
-	}
+	limit := store.PageLimit(f.Limit)
 	var (
 		where []string
 		args  []any
@@ -251,9 +214,6 @@ func (s *Store) ListRollouts(ctx context.Context, f store.RolloutFilter) ([]stor
 	}
 	if f.MaxReward != nil {
 		where = append(where, "reward <= "+arg(*f.MaxReward))
-	}
-	if f.Cursor < 0 {
-		return nil, 0, store.Errorf(store.ErrInvalid, "cursor %d is negative", f.Cursor)
 	}
 	order := "ASC"
 	if f.Desc {
@@ -288,18 +248,6 @@ func (s *Store) ListRollouts(ctx context.Context, f store.RolloutFilter) ([]stor
 	return rs, next, nil
 }
 
-func pageLimit(n int) (int, error) {
-	switch {
-	case n < 0:
-		return 0, store.Errorf(store.ErrInvalid, "limit %d is negative", n)
-	case n == 0:
-		return DefaultLimit, nil
-	case n > MaxLimit:
-		return MaxLimit, nil
-	}
-	return n, nil
-}
-
 // CountRollouts counts rollouts by status.
 func (s *Store) CountRollouts(ctx context.Context) (store.Counts, error) {
 	if err := s.check(); err != nil {
@@ -327,8 +275,9 @@ func (s *Store) CountRollouts(ctx context.Context) (store.Counts, error) {
 
 // CancelRollout cancels a non-terminal rollout and fails its running attempt.
 func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rollout, error) {
-	if reason == "" {
-		reason = "cancelled"
+	msg := "cancelled"
+	if reason != "" {
+		msg += ": " + reason
 	}
 	var r store.Rollout
 	err := s.tx(ctx, func(tx pgx.Tx) error {
@@ -341,10 +290,10 @@ func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rol
 		}
 		t := now()
 		if _, err := tx.Exec(ctx, `UPDATE attempts SET status = 'failed', ended_at = $2, error = $3
-			WHERE rollout_id = $1 AND status = 'running'`, id, t, reason); err != nil {
+			WHERE rollout_id = $1 AND status = 'running'`, id, t, msg); err != nil {
 			return err
 		}
-		r, err = finish(ctx, tx, id, store.RolloutCancelled, reason, nil, nil, t)
+		r, err = setStatus(ctx, tx, id, store.RolloutCancelled, msg, t)
 		return err
 	})
 	if err != nil {
@@ -353,18 +302,18 @@ func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rol
 	return r, nil
 }
 
-// finish makes a locked rollout terminal: it takes the next terminal
-// sequence number under the counter row's lock (held until commit, so the
-// numbers are handed out in commit order) and stores the final state.
-func finish(ctx context.Context, tx pgx.Tx, id string, st store.RolloutStatus, errMsg string,
-	reward *float64, rewardData []byte, t time.Time) (store.Rollout, error) {
+// setStatus moves a locked rollout to st with error text errMsg. A
+// terminal st takes the next terminal sequence number under the counter
+// row's lock, held until commit, so numbers are handed out in commit order.
+func setStatus(ctx context.Context, tx pgx.Tx, id string, st store.RolloutStatus, errMsg string, t time.Time) (store.Rollout, error) {
 	var seq int64
-	if err := tx.QueryRow(ctx, "UPDATE counters SET v = v + 1 WHERE name = 'terminal' RETURNING v").Scan(&seq); err != nil {
-		return store.Rollout{}, fmt.Errorf("terminal counter: %w", err)
+	if st.Terminal() {
+		if err := tx.QueryRow(ctx, "UPDATE counters SET v = v + 1 WHERE name = 'terminal' RETURNING v").Scan(&seq); err != nil {
+			return store.Rollout{}, fmt.Errorf("terminal counter: %w", err)
+		}
 	}
-	return scanRollout(tx.QueryRow(ctx, `UPDATE rollouts SET status = $2, error = $3, reward = $4,
-		reward_data = $5, updated_at = $6, terminal_seq = $7 WHERE id = $1 RETURNING `+rolloutCols,
-		id, string(st), errMsg, reward, rewardData, t, seq))
+	return scanRollout(tx.QueryRow(ctx, `UPDATE rollouts SET status = $2, error = $3, updated_at = $4, terminal_seq = $5
+		WHERE id = $1 RETURNING `+rolloutCols, id, string(st), errMsg, t, seq))
 }
 
 // Terminal returns rollouts that became terminal after the cursor, in order.
@@ -372,13 +321,7 @@ func (s *Store) Terminal(ctx context.Context, after int64, limit int) ([]store.R
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	n, err := pageLimit(limit)
-	if err != nil {
-		return nil, err
-	}
-	if after < 0 {
-		return nil, store.Errorf(store.ErrInvalid, "cursor %d is negative", after)
-	}
+	n := store.PageLimit(limit)
 	rows, err := s.pool.Query(ctx, "SELECT "+rolloutCols+` FROM rollouts
 		WHERE terminal_seq > $1 ORDER BY terminal_seq LIMIT $2`, after, n)
 	if err != nil {
@@ -393,3 +336,5 @@ func (s *Store) Terminal(ctx context.Context, after int64, limit int) ([]store.R
 	}
 	return rs, nil
 }
+
+func bad(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) || f < 0 }
