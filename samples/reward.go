@@ -1,0 +1,99 @@
+package samples
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/store"
+)
+
+// RewardConfig controls how a rollout's reward is resolved.
+type RewardConfig struct {
+	// Fill is the reward used when a rollout has none (Missing is then set).
+	Fill float64
+	// Primary, when set, names the dimension trained on for multi-dimensional
+	// rewards, overriding the event's own "primary".
+	Primary string
+	// AddCallRewards adds the sum of a rollout's intermediate (per-call)
+	// rewards to its final reward before advantages are computed. Off: they
+	// are only carried on the samples (CallRewards).
+	AddCallRewards bool
+}
+
+// RolloutReward is the resolved reward of one attempt.
+type RolloutReward struct {
+	// Value is the primary value of the last final reward event (Fill when
+	// Missing).
+	Value   float64
+	Missing bool
+	// Values holds every dimension of that event (nil for a scalar reward).
+	Values map[string]float64
+	// CallRewards maps a call id to its last intermediate reward.
+	CallRewards map[string]float64
+	// Bad counts reward events that did not parse or had no usable primary.
+	Bad int
+}
+
+// ResolveReward reads the "reward" events of one attempt in sequence order:
+// the last final (call-less) reward that parses wins; rewards naming a call
+// are intermediate and the last one per call wins.
+func ResolveReward(cfg RewardConfig, events []store.Event, attemptID string) RolloutReward {
+	evs := make([]store.Event, 0, 2)
+	for _, e := range events {
+		if e.Type == store.EventReward && (attemptID == "" || e.AttemptID == attemptID) {
+			evs = append(evs, e)
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b store.Event) int { return cmpInt64(a.Seq, b.Seq) })
+	out := RolloutReward{Value: cfg.Fill, Missing: true}
+	for _, e := range evs {
+		r, err := api.ParseReward(e.Data)
+		if err != nil {
+			// ParseReward rejects a multi-dimensional reward whose own
+			// primary is missing; cfg.Primary may still be present.
+			r = api.Reward{}
+			if json.Unmarshal(e.Data, &r) != nil {
+				out.Bad++
+				continue
+			}
+		}
+		v, err := primary(cfg, r)
+		if err != nil {
+			out.Bad++
+			continue
+		}
+		if r.CallID != "" {
+			if out.CallRewards == nil {
+				out.CallRewards = map[string]float64{}
+			}
+			out.CallRewards[r.CallID] = v
+			continue
+		}
+		out.Value, out.Missing, out.Values = v, false, r.Values
+	}
+	if cfg.AddCallRewards {
+		// Sorted keys: a deterministic float sum.
+		for _, k := range slices.Sorted(maps.Keys(out.CallRewards)) {
+			out.Value += out.CallRewards[k]
+		}
+	}
+	return out
+}
+
+func primary(cfg RewardConfig, r api.Reward) (float64, error) {
+	if cfg.Primary != "" && r.Value == nil {
+		v, ok := r.Values[cfg.Primary]
+		if !ok {
+			return 0, fmt.Errorf("reward: primary %q not among values", cfg.Primary)
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0, fmt.Errorf("reward: value %v is not finite", v)
+		}
+		return v, nil
+	}
+	return r.PrimaryValue()
+}
