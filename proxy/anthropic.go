@@ -1,0 +1,321 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/engine"
+)
+
+// Anthropic Messages ⇄ chat.Conversation.
+
+type amBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+	IsError   bool            `json:"is_error"`
+	Thinking  string          `json:"thinking"`
+}
+
+type amMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type amTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type amRequest struct {
+	Model         string          `json:"model"`
+	MaxTokens     *int            `json:"max_tokens"`
+	System        json.RawMessage `json:"system"`
+	Messages      []amMessage     `json:"messages"`
+	Tools         []amTool        `json:"tools"`
+	ToolChoice    json.RawMessage `json:"tool_choice"`
+	Temperature   *float32        `json:"temperature"`
+	TopP          *float32        `json:"top_p"`
+	TopK          *int            `json:"top_k"`
+	StopSequences []string        `json:"stop_sequences"`
+	Stream        bool            `json:"stream"`
+}
+
+// amBlocks parses content that is a string or an array of blocks.
+func amBlocks(raw json.RawMessage, param string) ([]amBlock, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest(param, "content is required")
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, badRequest(param, "invalid content: %v", err)
+		}
+		return []amBlock{{Type: "text", Text: s}}, nil
+	}
+	var bs []amBlock
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return nil, badRequest(param, "content must be a string or an array of content blocks: %v", err)
+	}
+	return bs, nil
+}
+
+func compactJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "{}"
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func decodeMessages(p *Proxy, c *call) *apiError {
+	var req amRequest
+	if e := decodeJSON(c.body, &req); e != nil {
+		return e
+	}
+	if req.MaxTokens == nil {
+		return badRequest("max_tokens", "max_tokens: Field required")
+	}
+	var conv chat.Conversation
+	if len(req.System) > 0 && string(req.System) != "null" {
+		sys, e := textOf(req.System, "system")
+		if e != nil {
+			return e
+		}
+		conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleSystem, Content: sys})
+	}
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		param := "messages." + strconv.Itoa(i)
+		blocks, e := amBlocks(m.Content, param+".content")
+		if e != nil {
+			return e
+		}
+		switch m.Role {
+		case chat.RoleUser:
+			var text []string
+			flush := func() {
+				if len(text) > 0 {
+					conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleUser, Content: strings.Join(text, "\n")})
+					text = text[:0]
+				}
+			}
+			for j, b := range blocks {
+				bp := param + ".content." + strconv.Itoa(j)
+				switch b.Type {
+				case "text":
+					text = append(text, b.Text)
+				case "tool_result":
+					flush()
+					out, e := textOf(b.Content, bp+".content")
+					if e != nil {
+						return e
+					}
+					if b.ToolUseID == "" {
+						return badRequest(bp+".tool_use_id", "tool_result needs tool_use_id")
+					}
+					conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleTool, Content: out, ToolCallID: b.ToolUseID})
+				default:
+					return unsupported(bp+".type", "content block type %q is not supported in user messages (text and tool_result only)", b.Type)
+				}
+			}
+			flush()
+		case chat.RoleAssistant:
+			msg := chat.Message{Role: chat.RoleAssistant}
+			var text []string
+			for j, b := range blocks {
+				bp := param + ".content." + strconv.Itoa(j)
+				switch b.Type {
+				case "text":
+					text = append(text, b.Text)
+				case "thinking":
+					msg.Reasoning += b.Thinking
+				case "tool_use":
+					if b.ID == "" || b.Name == "" {
+						return badRequest(bp, "tool_use needs id and name")
+					}
+					msg.ToolCalls = append(msg.ToolCalls, chat.ToolCall{ID: b.ID, Name: b.Name, Arguments: compactJSON(b.Input)})
+				default:
+					return unsupported(bp+".type", "content block type %q is not supported in assistant messages", b.Type)
+				}
+			}
+			msg.Content = strings.Join(text, "\n")
+			conv.Messages = append(conv.Messages, msg)
+		default:
+			return badRequest(param+".role", "messages: roles must be user or assistant, got %q (use the top-level system parameter for system prompts)", m.Role)
+		}
+	}
+	for i, t := range req.Tools {
+		if t.Type != "" && t.Type != "custom" {
+			return unsupported("tools."+strconv.Itoa(i)+".type", "server tool type %q is not supported (custom tools only)", t.Type)
+		}
+		conv.Tools = append(conv.Tools, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
+	}
+	if len(req.ToolChoice) > 0 && string(req.ToolChoice) != "null" {
+		var tc struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(req.ToolChoice, &tc); err != nil {
+			return badRequest("tool_choice", "invalid tool_choice: %v", err)
+		}
+		switch tc.Type {
+		case "auto":
+		case "none":
+			conv.Tools = nil
+		default:
+			return unsupported("tool_choice", "tool_choice type %q is not supported (auto and none only)", tc.Type)
+		}
+	}
+	if e := checkConversation(&conv, "messages"); e != nil {
+		return e
+	}
+	var s engine.Sampling
+	s.MaxTokens = *req.MaxTokens
+	if req.Temperature != nil {
+		s.Temperature = *req.Temperature
+	}
+	if req.TopP != nil {
+		s.TopP = *req.TopP
+	}
+	if req.TopK != nil {
+		s.TopK = *req.TopK
+	}
+	c.requested = req.Model
+	model := req.Model
+	p.applyOverrides(c, &model, &s, req.Temperature != nil)
+	c.stream = req.Stream
+	c.chat = &ChatRequest{Model: model, Conv: conv, Sampling: s, Stop: req.StopSequences, ToolIDPrefix: "toolu_"}
+	return nil
+}
+
+type amOutBlock struct {
+	Type      string          `json:"type"`
+	Text      *string         `json:"text,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	Thinking  *string         `json:"thinking,omitempty"`
+	Signature *string         `json:"signature,omitempty"`
+}
+
+type amUsage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+type amResponse struct {
+	ID           string       `json:"id"`
+	Type         string       `json:"type"`
+	Role         string       `json:"role"`
+	Model        string       `json:"model"`
+	Content      []amOutBlock `json:"content"`
+	StopReason   *string      `json:"stop_reason"`
+	StopSequence *string      `json:"stop_sequence"`
+	Usage        amUsage      `json:"usage"`
+}
+
+func amStopReason(r *Result) string {
+	switch {
+	case r.FinishReason == engine.FinishLength:
+		return "max_tokens"
+	case len(r.Message.ToolCalls) > 0:
+		return "tool_use"
+	}
+	return "end_turn"
+}
+
+func amContent(r *Result) []amOutBlock {
+	var out []amOutBlock
+	empty := ""
+	if r.Message.Reasoning != "" {
+		th := r.Message.Reasoning
+		out = append(out, amOutBlock{Type: "thinking", Thinking: &th, Signature: &empty})
+	}
+	if r.Message.Content != "" || len(r.Message.ToolCalls) == 0 {
+		t := r.Message.Content
+		out = append(out, amOutBlock{Type: "text", Text: &t})
+	}
+	for _, tc := range r.Message.ToolCalls {
+		out = append(out, amOutBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: jsonObject(tc.Arguments)})
+	}
+	return out
+}
+
+func encodeMessages(p *Proxy, c *call) ([]byte, error) {
+	r := c.res
+	stop := amStopReason(r)
+	resp := amResponse{ID: c.id, Type: "message", Role: chat.RoleAssistant, Model: r.Model, Content: amContent(r),
+		StopReason: &stop, Usage: amUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens}}
+	return json.Marshal(&resp)
+}
+
+func streamMessages(p *Proxy, c *call, buf []byte) []byte {
+	r := c.res
+	start := amResponse{ID: c.id, Type: "message", Role: chat.RoleAssistant, Model: r.Model, Content: []amOutBlock{},
+		Usage: amUsage{InputTokens: r.PromptTokens}}
+	buf = appendSSEEvent(buf, "message_start", mustJSON(struct {
+		Type    string      `json:"type"`
+		Message *amResponse `json:"message"`
+	}{"message_start", &start}))
+	type delta struct {
+		Type        string  `json:"type"`
+		Text        *string `json:"text,omitempty"`
+		Thinking    *string `json:"thinking,omitempty"`
+		PartialJSON *string `json:"partial_json,omitempty"`
+		Signature   *string `json:"signature,omitempty"`
+	}
+	type blockEvent struct {
+		Type         string      `json:"type"`
+		Index        int         `json:"index"`
+		ContentBlock *amOutBlock `json:"content_block,omitempty"`
+		Delta        *delta      `json:"delta,omitempty"`
+	}
+	empty := ""
+	for i, b := range amContent(r) {
+		var head amOutBlock
+		var d delta
+		switch b.Type {
+		case "thinking":
+			head = amOutBlock{Type: "thinking", Thinking: &empty, Signature: &empty}
+			d = delta{Type: "thinking_delta", Thinking: b.Thinking}
+		case "text":
+			head = amOutBlock{Type: "text", Text: &empty}
+			d = delta{Type: "text_delta", Text: b.Text}
+		case "tool_use":
+			head = amOutBlock{Type: "tool_use", ID: b.ID, Name: b.Name, Input: json.RawMessage("{}")}
+			s := string(b.Input)
+			d = delta{Type: "input_json_delta", PartialJSON: &s}
+		}
+		buf = appendSSEEvent(buf, "content_block_start", mustJSON(&blockEvent{Type: "content_block_start", Index: i, ContentBlock: &head}))
+		buf = appendSSEEvent(buf, "content_block_delta", mustJSON(&blockEvent{Type: "content_block_delta", Index: i, Delta: &d}))
+		if b.Type == "thinking" {
+			buf = appendSSEEvent(buf, "content_block_delta", mustJSON(&blockEvent{Type: "content_block_delta", Index: i, Delta: &delta{Type: "signature_delta", Signature: &empty}}))
+		}
+		buf = appendSSEEvent(buf, "content_block_stop", mustJSON(&blockEvent{Type: "content_block_stop", Index: i}))
+	}
+	stop := amStopReason(r)
+	buf = appendSSEEvent(buf, "message_delta", mustJSON(struct {
+		Type  string `json:"type"`
+		Delta struct {
+			StopReason   string  `json:"stop_reason"`
+			StopSequence *string `json:"stop_sequence"`
+		} `json:"delta"`
+		Usage amUsage `json:"usage"`
+	}{Type: "message_delta", Delta: struct {
+		StopReason   string  `json:"stop_reason"`
+		StopSequence *string `json:"stop_sequence"`
+	}{StopReason: stop}, Usage: amUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens}}))
+	return appendSSEEvent(buf, "message_stop", []byte(`{"type":"message_stop"}`))
+}

@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"context"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/engine"
+)
+
+// Backend is what answers model calls once the proxy has translated them
+// into agl's conversation model. TokenBackend (an engine.TokenEngine plus a
+// chat template) and UpstreamBackend (an OpenAI-compatible vLLM/SGLang
+// server) implement it.
+type Backend interface {
+	// Chat generates the assistant's reply to a conversation.
+	Chat(ctx context.Context, req *ChatRequest) (*Result, error)
+	// Complete continues a raw prompt (text or token ids) without a template.
+	Complete(ctx context.Context, req *CompleteRequest) (*Result, error)
+	// ModelName is the model served by default.
+	ModelName() string
+}
+
+// Target names the attempt a call belongs to (token state and sticky
+// upstream routing are keyed by it).
+type Target struct {
+	RolloutID, AttemptID string
+}
+
+func (t Target) key() string { return t.RolloutID + "/" + t.AttemptID }
+
+// ChatRequest is one conversation turn to generate.
+type ChatRequest struct {
+	Target Target
+	// Model is the model name asked for after mode overrides ("" = default).
+	Model    string
+	Conv     chat.Conversation
+	Sampling engine.Sampling
+	// Stop holds stop strings (backends that cannot honour them return
+	// ErrUnsupported).
+	Stop []string
+	// ToolIDPrefix prefixes generated tool call ids ("call_", "toolu_").
+	ToolIDPrefix string
+}
+
+// CompleteRequest is a raw completion: exactly one of Prompt or PromptIDs.
+type CompleteRequest struct {
+	Target    Target
+	Model     string
+	Prompt    string
+	PromptIDs []int32
+	// IDsGiven is true when the prompt came as token ids.
+	IDsGiven bool
+	Sampling engine.Sampling
+	Stop     []string
+}
+
+// Result is one generation, with everything the model_request event records.
+type Result struct {
+	// Message is the parsed assistant reply (Chat); Text the decoded
+	// completion (Complete).
+	Message chat.Message
+	Text    string
+
+	PromptIDs   []int32
+	ResponseIDs []int32
+	Logprobs    []float32
+	NoTokenIDs  bool
+	// FinishReason is engine.FinishStop or engine.FinishLength; API layers
+	// map it (and tool calls) to their own vocabulary.
+	FinishReason string
+	Model        string
+	ModelVersion int64
+
+	Continued    bool
+	RenderReason string
+	Retries      int
+
+	PromptTokens, CompletionTokens int
+}

@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// errorStyle says which API's error body a route answers with.
+type errorStyle uint8
+
+const (
+	styleOpenAI errorStyle = iota
+	styleAnthropic
+)
+
+// apiError is an error with an HTTP status, rendered in the caller's API
+// shape: OpenAI {"error":{"message","type","param","code"}} or Anthropic
+// {"type":"error","error":{"type","message"}}.
+type apiError struct {
+	Status  int
+	Message string
+	// Param names the offending request field (OpenAI only), if any.
+	Param string
+	// Code is OpenAI's machine-readable code, if any.
+	Code string
+	// RetryAfter, when > 0, is sent as a Retry-After header (seconds).
+	RetryAfter int
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// badRequest returns a 400 naming the offending parameter.
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...), Param: param}
+}
+
+// unsupported returns a 400 for a feature the gateway does not implement,
+// rather than silently dropping it.
+func unsupported(param, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...), Param: param, Code: "unsupported_parameter"}
+}
+
+// errUnsupported is what backends wrap for a request feature they cannot
+// serve; the proxy maps it to a 400.
+var errUnsupported = errors.New("unsupported")
+
+// ErrUnsupported is returned (wrapped) by a Backend for a request it cannot
+// serve as asked (stop strings on a token engine, …): the caller gets a 400.
+var ErrUnsupported = errUnsupported
+
+// ErrBadRequest is returned (wrapped) by a Backend for an invalid request
+// (prompt longer than the context, …): the caller gets a 400.
+var ErrBadRequest = errors.New("bad request")
+
+func openAIType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusConflict:
+		return "conflict_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusServiceUnavailable:
+		return "service_unavailable_error"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+func anthropicType(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable, 529:
+		return "overloaded_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+// writeError writes e in the given style.
+func writeError(w http.ResponseWriter, style errorStyle, e *apiError) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	w.WriteHeader(e.Status)
+	b := make([]byte, 0, 128+len(e.Message))
+	if style == styleAnthropic {
+		b = append(b, `{"type":"error","error":{"type":`...)
+		b = strconv.AppendQuote(b, anthropicType(e.Status))
+		b = append(b, `,"message":`...)
+		b = appendJSONString(b, e.Message)
+		b = append(b, "}}"...)
+	} else {
+		b = append(b, `{"error":{"message":`...)
+		b = appendJSONString(b, e.Message)
+		b = append(b, `,"type":`...)
+		b = strconv.AppendQuote(b, openAIType(e.Status))
+		b = append(b, `,"param":`...)
+		b = appendNullableString(b, e.Param)
+		b = append(b, `,"code":`...)
+		b = appendNullableString(b, e.Code)
+		b = append(b, "}}"...)
+	}
+	w.Write(b)
+}
+
+func appendNullableString(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "null"...)
+	}
+	return appendJSONString(b, s)
+}
+
+// appendJSONString appends s as a JSON string literal.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

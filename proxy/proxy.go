@@ -1,0 +1,661 @@
+// Package proxy is agl's LLM gateway: the rollout-scoped OpenAI Chat
+// Completions, Completions, Responses and Anthropic Messages routes a
+// harness calls instead of its model provider.
+//
+// Every call is translated into agl's one conversation model (package chat),
+// answered by a Backend (a token engine with a chat template, or an
+// OpenAI-compatible vLLM/SGLang upstream), translated back into the caller's
+// API shape (streaming or not), and recorded as one "model_request" event
+// (api.ModelCall) with the exact prompt and response token ids, appended to
+// the store before the response (or stream) ends.
+//
+// Routes, relative to the gateway root, authenticated by the attempt's
+// scoped key (Authorization: Bearer KEY, or x-api-key: KEY):
+//
+//	POST /r/{rollout}/{attempt}/v1/chat/completions
+//	POST /r/{rollout}/{attempt}/v1/completions
+//	POST /r/{rollout}/{attempt}/v1/responses
+//	POST /r/{rollout}/{attempt}/v1/messages       (Anthropic)
+//	GET  /r/{rollout}/{attempt}/v1/models
+//	POST /r/{rollout}/{attempt}/events            (harness rewards / custom events)
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/engine/upstream"
+	"github.com/aglrl/agl/store"
+)
+
+// ModeOverrides replace what the harness asked for, per rollout mode.
+// Zero fields leave the request's value alone.
+type ModeOverrides struct {
+	// Model replaces the requested model name.
+	Model string `json:"model,omitempty" yaml:"model,omitempty"`
+	// Temperature and TopP replace the requested values.
+	Temperature *float32 `json:"temperature,omitempty" yaml:"temperature,omitempty"`
+	TopP        *float32 `json:"top_p,omitempty" yaml:"top_p,omitempty"`
+	// MaxTokens replaces the requested response length bound.
+	MaxTokens int `json:"max_tokens,omitempty" yaml:"max_tokens,omitempty"`
+}
+
+// Config tunes the proxy. Zero values take the documented defaults.
+type Config struct {
+	// Train and Val apply to rollouts of that mode.
+	Train ModeOverrides `json:"train" yaml:"train"`
+	Val   ModeOverrides `json:"val" yaml:"val"`
+	// DefaultMaxTokens bounds a response when neither the request nor an
+	// override does (0: up to the engine's context / upstream default).
+	DefaultMaxTokens int `json:"default_max_tokens,omitempty" yaml:"default_max_tokens,omitempty"`
+	// MaxBodyBytes bounds a request body (default 32 MiB).
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty" yaml:"max_body_bytes,omitempty"`
+	// RequestTimeout bounds one call's backend work (default 10 minutes).
+	RequestTimeout time.Duration `json:"request_timeout,omitempty" yaml:"request_timeout,omitempty"`
+	// RetryAfter is the Retry-After sent while paused (default 1s).
+	RetryAfter time.Duration `json:"retry_after,omitempty" yaml:"retry_after,omitempty"`
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 10 * time.Minute
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = time.Second
+	}
+	return c
+}
+
+// Proxy serves the rollout-scoped LLM routes. It is an http.Handler.
+type Proxy struct {
+	cfg     Config
+	st      store.Store
+	backend Backend
+
+	idPrefix string
+	seq      atomic.Uint64
+
+	mu       sync.Mutex
+	paused   bool
+	inflight int
+	idle     chan struct{} // closed when inflight drops to 0
+
+	modesMu sync.RWMutex
+	modes   map[string]store.Mode
+}
+
+// New returns a proxy recording into st and answering with b.
+func New(cfg Config, st store.Store, b Backend) *Proxy {
+	return &Proxy{cfg: cfg.withDefaults(), st: st, backend: b, idPrefix: randSuffix(), modes: map[string]store.Mode{}}
+}
+
+// randSuffix returns 8 random base-36 characters.
+func randSuffix() string {
+	var b [8]byte
+	rand.Read(b[:])
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+	var out [8]byte
+	x := binary.LittleEndian.Uint64(b[:])
+	for i := range out {
+		out[i] = digits[x%36]
+		x /= 36
+	}
+	return string(out[:])
+}
+
+// newID returns a unique id with the given prefix ("chatcmpl-", "msg_", …).
+func (p *Proxy) newID(prefix string) string {
+	n := p.seq.Add(1)
+	b := make([]byte, 0, len(prefix)+24)
+	b = append(b, prefix...)
+	b = append(b, p.idPrefix...)
+	b = strconv.AppendUint(b, n, 36)
+	return string(b)
+}
+
+// Pause makes new model calls fail with 503 and Retry-After; calls in
+// flight finish. Events routes stay open.
+func (p *Proxy) Pause() {
+	p.mu.Lock()
+	p.paused = true
+	p.mu.Unlock()
+}
+
+// Resume accepts model calls again.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	p.paused = false
+	p.mu.Unlock()
+}
+
+// Drain waits until no model call is in flight (pause first, or new calls
+// may keep it busy) or ctx ends.
+func (p *Proxy) Drain(ctx context.Context) error {
+	p.mu.Lock()
+	if p.inflight == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	if p.idle == nil {
+		p.idle = make(chan struct{})
+	}
+	ch := p.idle
+	p.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Status reports whether the proxy is paused and how many calls are in flight.
+func (p *Proxy) Status() (paused bool, inflight int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused, p.inflight
+}
+
+func (p *Proxy) admit() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused {
+		return false
+	}
+	p.inflight++
+	return true
+}
+
+func (p *Proxy) release() {
+	p.mu.Lock()
+	p.inflight--
+	if p.inflight == 0 && p.idle != nil {
+		close(p.idle)
+		p.idle = nil
+	}
+	p.mu.Unlock()
+}
+
+// apiShape binds one API's translation functions.
+type apiShape struct {
+	name     string // api.Shape*
+	style    errorStyle
+	idPrefix string // of the response id
+	// decode parses c.body into c.chat or c.complete.
+	decode func(p *Proxy, c *call) *apiError
+	// encode builds the final (non-streaming) response object.
+	encode func(p *Proxy, c *call) ([]byte, error)
+	// stream appends the whole SSE stream for c to buf.
+	stream func(p *Proxy, c *call, buf []byte) []byte
+}
+
+var (
+	shapeChat      = &apiShape{name: api.ShapeChatCompletions, idPrefix: "chatcmpl-", style: styleOpenAI, decode: decodeChat, encode: encodeChat, stream: streamChat}
+	shapeComplete  = &apiShape{name: api.ShapeCompletions, idPrefix: "cmpl-", style: styleOpenAI, decode: decodeCompletion, encode: encodeCompletion, stream: streamCompletion}
+	shapeResponses = &apiShape{name: api.ShapeResponses, idPrefix: "resp_", style: styleOpenAI, decode: decodeResponses, encode: encodeResponses, stream: streamResponses}
+	shapeMessages  = &apiShape{name: api.ShapeMessages, idPrefix: "msg_", style: styleAnthropic, decode: decodeMessages, encode: encodeMessages, stream: streamMessages}
+)
+
+// call is the state of one model call through the proxy.
+type call struct {
+	shape   *apiShape
+	target  Target
+	mode    store.Mode
+	body    []byte
+	start   time.Time
+	id      string
+	created int64
+
+	stream       bool
+	includeUsage bool
+	// requested is the model name the harness asked for.
+	requested string
+
+	chat     *ChatRequest
+	complete *CompleteRequest
+	// aux carries shape-specific request details to the encoder.
+	aux any
+
+	res *Result
+}
+
+// ServeHTTP implements http.Handler for the routes in the package doc.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/r/")
+	var rid, aid, sub string
+	if ok {
+		rid, rest, ok = strings.Cut(rest, "/")
+	}
+	if ok {
+		aid, sub, ok = strings.Cut(rest, "/")
+	}
+	sub = strings.TrimSuffix(sub, "/")
+	style := styleOpenAI
+	if strings.HasPrefix(sub, "v1/messages") {
+		style = styleAnthropic
+	}
+	if !ok || rid == "" || aid == "" {
+		writeError(w, style, &apiError{Status: http.StatusNotFound, Message: "unknown route " + r.URL.Path})
+		return
+	}
+	t := Target{RolloutID: rid, AttemptID: aid}
+	switch sub {
+	case "v1/chat/completions":
+		p.serveCall(w, r, t, shapeChat)
+	case "v1/completions":
+		p.serveCall(w, r, t, shapeComplete)
+	case "v1/responses":
+		p.serveCall(w, r, t, shapeResponses)
+	case "v1/messages":
+		p.serveCall(w, r, t, shapeMessages)
+	case "v1/models":
+		p.serveModels(w, r, t)
+	case "events":
+		p.serveEvents(w, r, t)
+	default:
+		writeError(w, style, &apiError{Status: http.StatusNotFound, Message: "unknown route " + r.URL.Path, Code: "unknown_url"})
+	}
+}
+
+// apiKey returns the key from Authorization: Bearer or x-api-key.
+func apiKey(r *http.Request) string {
+	if k := r.Header.Get("x-api-key"); k != "" {
+		return k
+	}
+	a := r.Header.Get("Authorization")
+	if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		return strings.TrimSpace(a[7:])
+	}
+	return ""
+}
+
+// authorize checks the scoped key; with running, the attempt must be
+// running. It returns the rollout's mode.
+func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, running bool) (store.Mode, *apiError) {
+	key := apiKey(r)
+	if key == "" {
+		return "", &apiError{Status: http.StatusUnauthorized, Message: "missing API key: send the attempt's scoped key as Authorization: Bearer KEY or x-api-key", Code: "invalid_api_key"}
+	}
+	att, err := p.st.AttemptByKey(ctx, t.RolloutID, t.AttemptID, key)
+	if err != nil {
+		if errors.Is(err, store.ErrForbidden) || errors.Is(err, store.ErrNotFound) {
+			return "", &apiError{Status: http.StatusUnauthorized, Message: "invalid API key for this rollout attempt", Code: "invalid_api_key"}
+		}
+		return "", &apiError{Status: http.StatusInternalServerError, Message: "authorize: " + err.Error()}
+	}
+	if running && att.Status != store.AttemptRunning {
+		return "", &apiError{Status: http.StatusConflict, Message: "attempt " + t.AttemptID + " is " + string(att.Status) + ", not running", Code: "attempt_not_running"}
+	}
+	mode, err := p.rolloutMode(ctx, t.RolloutID)
+	if err != nil {
+		return "", &apiError{Status: http.StatusInternalServerError, Message: "rollout mode: " + err.Error()}
+	}
+	return mode, nil
+}
+
+// rolloutMode returns (and caches: it never changes) a rollout's mode.
+func (p *Proxy) rolloutMode(ctx context.Context, id string) (store.Mode, error) {
+	p.modesMu.RLock()
+	m, ok := p.modes[id]
+	p.modesMu.RUnlock()
+	if ok {
+		return m, nil
+	}
+	ro, err := p.st.GetRollout(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	m = ro.Mode
+	if m == "" {
+		m = store.ModeTrain
+	}
+	p.modesMu.Lock()
+	if len(p.modes) >= 1<<16 {
+		clear(p.modes)
+	}
+	p.modes[id] = m
+	p.modesMu.Unlock()
+	return m, nil
+}
+
+func (p *Proxy) overrides(m store.Mode) *ModeOverrides {
+	if m == store.ModeVal {
+		return &p.cfg.Val
+	}
+	return &p.cfg.Train
+}
+
+// readBody reads at most MaxBodyBytes.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if r.ContentLength > p.cfg.MaxBodyBytes {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: "request body of " + strconv.FormatInt(r.ContentLength, 10) + " bytes exceeds the limit of " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10), Code: "request_too_large"}
+	}
+	n := r.ContentLength
+	if n < 0 || n > 1<<20 {
+		n = 4096
+	}
+	buf := make([]byte, 0, n+1)
+	lr := io.LimitReader(r.Body, p.cfg.MaxBodyBytes+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		k, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, &apiError{Status: http.StatusBadRequest, Message: "read body: " + err.Error()}
+		}
+	}
+	if int64(len(buf)) > p.cfg.MaxBodyBytes {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: "request body exceeds the limit of " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes", Code: "request_too_large"}
+	}
+	return buf, nil
+}
+
+// applySampling fills defaults and mode overrides into s and the model.
+func (p *Proxy) applyOverrides(c *call, model *string, s *engine.Sampling, temperatureSet bool) {
+	o := p.overrides(c.mode)
+	if !temperatureSet {
+		s.Temperature = 1
+	}
+	if o.Temperature != nil {
+		s.Temperature = *o.Temperature
+	}
+	if o.TopP != nil {
+		s.TopP = *o.TopP
+	}
+	if o.MaxTokens > 0 {
+		s.MaxTokens = o.MaxTokens
+	} else if s.MaxTokens <= 0 {
+		s.MaxTokens = p.cfg.DefaultMaxTokens
+	}
+	if o.Model != "" {
+		*model = o.Model
+	}
+}
+
+func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *apiShape) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeError(w, sh.style, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
+		return
+	}
+	if !p.admit() {
+		secs := int((p.cfg.RetryAfter + time.Second - 1) / time.Second)
+		writeError(w, sh.style, &apiError{Status: http.StatusServiceUnavailable, Message: "the gateway is paused for a weight update; retry shortly", Code: "paused", RetryAfter: secs})
+		return
+	}
+	defer p.release()
+	c := &call{shape: sh, target: t, start: time.Now()}
+	ctx := r.Context()
+	mode, aerr := p.authorize(ctx, r, t, true)
+	if aerr != nil {
+		writeError(w, sh.style, aerr)
+		return
+	}
+	c.mode = mode
+	if c.body, aerr = p.readBody(w, r); aerr != nil {
+		writeError(w, sh.style, aerr)
+		return
+	}
+	if aerr = sh.decode(p, c); aerr != nil {
+		writeError(w, sh.style, aerr)
+		return
+	}
+	c.created = c.start.Unix()
+	c.id = p.newID(sh.idPrefix)
+
+	bctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	var err error
+	if c.chat != nil {
+		c.chat.Target = t
+		c.res, err = p.backend.Chat(bctx, c.chat)
+	} else {
+		c.complete.Target = t
+		c.res, err = p.backend.Complete(bctx, c.complete)
+	}
+	cancel()
+	if err != nil {
+		writeError(w, sh.style, backendError(err))
+		return
+	}
+	if c.res.Model == "" {
+		c.res.Model = p.backend.ModelName()
+	}
+	resp, err := sh.encode(p, c)
+	if err != nil {
+		writeError(w, sh.style, &apiError{Status: http.StatusInternalServerError, Message: "encode response: " + err.Error()})
+		return
+	}
+	if aerr := p.record(ctx, c, resp); aerr != nil {
+		writeError(w, sh.style, aerr)
+		return
+	}
+	h := w.Header()
+	if !c.stream {
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(resp)))
+		w.Write(resp)
+		return
+	}
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	out := sh.stream(p, c, make([]byte, 0, 2*len(resp)+512))
+	w.Write(out)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// backendError maps a Backend error to an API error.
+func backendError(err error) *apiError {
+	var he *upstream.HTTPError
+	switch {
+	case errors.Is(err, ErrUnsupported):
+		return &apiError{Status: http.StatusBadRequest, Message: err.Error(), Code: "unsupported_parameter"}
+	case errors.Is(err, ErrBadRequest):
+		return &apiError{Status: http.StatusBadRequest, Message: err.Error()}
+	case errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusTooManyRequests && he.Status != http.StatusRequestTimeout:
+		return &apiError{Status: he.Status, Message: "upstream: " + he.Message()}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &apiError{Status: http.StatusGatewayTimeout, Message: "model call timed out: " + err.Error(), Code: "timeout"}
+	case errors.Is(err, context.Canceled):
+		return &apiError{Status: 499, Message: "request cancelled"}
+	}
+	return &apiError{Status: http.StatusBadGateway, Message: "model backend: " + err.Error(), Code: "backend_error"}
+}
+
+// record appends the model_request event for c.
+func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
+	res := c.res
+	var samp engine.Sampling
+	if c.chat != nil {
+		samp = c.chat.Sampling
+	} else {
+		samp = c.complete.Sampling
+	}
+	mc := api.ModelCall{
+		CallID: c.id, API: c.shape.name, Model: res.Model, ModelVersion: res.ModelVersion,
+		PromptIDs: res.PromptIDs, ResponseIDs: res.ResponseIDs, ResponseLogprobs: res.Logprobs,
+		NoTokenIDs: res.NoTokenIDs, FinishReason: res.FinishReason,
+		Continued: res.Continued, RenderReason: res.RenderReason,
+		Request: c.body, Response: resp,
+		Usage:     api.Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens},
+		LatencyMS: float64(time.Since(c.start).Microseconds()) / 1000,
+		Retries:   res.Retries, Stream: c.stream,
+	}
+	mc.Sampling, _ = json.Marshal(samp)
+	data, err := json.Marshal(&mc)
+	if err != nil {
+		return &apiError{Status: http.StatusInternalServerError, Message: "encode event: " + err.Error()}
+	}
+	// The event must land even if the client went away: it records tokens
+	// the engine spent.
+	ctx = context.WithoutCancel(ctx)
+	if _, err := p.st.AppendEvents(ctx, c.target.RolloutID, c.target.AttemptID, []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data}}); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return &apiError{Status: http.StatusConflict, Message: "record call: " + err.Error(), Code: "attempt_not_running"}
+		}
+		return &apiError{Status: http.StatusInternalServerError, Message: "record call: " + err.Error()}
+	}
+	return nil
+}
+
+// serveModels answers GET /v1/models in OpenAI's or (with an
+// anthropic-version header) Anthropic's list shape.
+func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request, t Target) {
+	style := styleOpenAI
+	anth := r.Header.Get("anthropic-version") != ""
+	if anth {
+		style = styleAnthropic
+	}
+	if r.Method != http.MethodGet {
+		writeError(w, style, &apiError{Status: http.StatusMethodNotAllowed, Message: "use GET"})
+		return
+	}
+	mode, aerr := p.authorize(r.Context(), r, t, false)
+	if aerr != nil {
+		writeError(w, style, aerr)
+		return
+	}
+	name := p.overrides(mode).Model
+	if name == "" {
+		name = p.backend.ModelName()
+	}
+	var b []byte
+	if anth {
+		b = append(b, `{"data":[{"type":"model","id":`...)
+		b = appendJSONString(b, name)
+		b = append(b, `,"display_name":`...)
+		b = appendJSONString(b, name)
+		b = append(b, `,"created_at":"1970-01-01T00:00:00Z"}],"has_more":false,"first_id":`...)
+		b = appendJSONString(b, name)
+		b = append(b, `,"last_id":`...)
+		b = appendJSONString(b, name)
+		b = append(b, '}')
+	} else {
+		b = append(b, `{"object":"list","data":[{"id":`...)
+		b = appendJSONString(b, name)
+		b = append(b, `,"object":"model","created":0,"owned_by":"agl"}]}`...)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+// maxHarnessEvents bounds one POST /events.
+const maxHarnessEvents = 1000
+
+// serveEvents appends harness-emitted events: one {"type","data","time"}
+// object, an array of them, or {"events":[…]}. Harnesses may not forge
+// model_request events; reward events must parse as api.Reward.
+func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request, t Target) {
+	if r.Method != http.MethodPost {
+		writeError(w, styleOpenAI, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
+		return
+	}
+	if _, aerr := p.authorize(r.Context(), r, t, true); aerr != nil {
+		writeError(w, styleOpenAI, aerr)
+		return
+	}
+	body, aerr := p.readBody(w, r)
+	if aerr != nil {
+		writeError(w, styleOpenAI, aerr)
+		return
+	}
+	evs, aerr := parseHarnessEvents(body)
+	if aerr != nil {
+		writeError(w, styleOpenAI, aerr)
+		return
+	}
+	stored, err := p.st.AppendEvents(r.Context(), t.RolloutID, t.AttemptID, evs)
+	if err != nil {
+		st := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			st = http.StatusConflict
+		case errors.Is(err, store.ErrInvalid):
+			st = http.StatusBadRequest
+		case errors.Is(err, store.ErrNotFound):
+			st = http.StatusNotFound
+		}
+		writeError(w, styleOpenAI, &apiError{Status: st, Message: "append events: " + err.Error()})
+		return
+	}
+	b, err := json.Marshal(struct {
+		Events []store.Event `json:"events"`
+	}{stored})
+	if err != nil {
+		writeError(w, styleOpenAI, &apiError{Status: http.StatusInternalServerError, Message: err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+func parseHarnessEvents(body []byte) ([]store.NewEvent, *apiError) {
+	var evs []store.NewEvent
+	trim := strings.TrimSpace(string(body))
+	switch {
+	case strings.HasPrefix(trim, "["):
+		if err := json.Unmarshal(body, &evs); err != nil {
+			return nil, badRequest("", "malformed JSON: %v", err)
+		}
+	case strings.HasPrefix(trim, "{"):
+		var one struct {
+			store.NewEvent
+			Events []store.NewEvent `json:"events"`
+		}
+		if err := json.Unmarshal(body, &one); err != nil {
+			return nil, badRequest("", "malformed JSON: %v", err)
+		}
+		if one.Events != nil {
+			evs = one.Events
+		} else {
+			evs = []store.NewEvent{one.NewEvent}
+		}
+	default:
+		return nil, badRequest("", "malformed JSON: expected an event object or an array of events")
+	}
+	if len(evs) == 0 {
+		return nil, badRequest("events", "no events given")
+	}
+	if len(evs) > maxHarnessEvents {
+		return nil, badRequest("events", "at most %d events per request", maxHarnessEvents)
+	}
+	for i, e := range evs {
+		param := "events[" + strconv.Itoa(i) + "]"
+		switch e.Type {
+		case "":
+			return nil, badRequest(param+".type", "event type is required")
+		case store.EventModelRequest:
+			return nil, badRequest(param+".type", "model_request events are recorded by the gateway, not posted by harnesses")
+		case store.EventReward:
+			if _, err := api.ParseReward(e.Data); err != nil {
+				return nil, badRequest(param+".data", "%v", err)
+			}
+		}
+		if len(e.Data) == 0 {
+			evs[i].Data = json.RawMessage("null")
+		}
+	}
+	return evs, nil
+}

@@ -1,0 +1,347 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/engine"
+)
+
+// OpenAI Responses ⇄ chat.Conversation. The gateway keeps no server-side
+// response state: previous_response_id is unsupported (send the full input,
+// as harnesses with store=false do).
+
+type rsItem struct {
+	Type      string          `json:"type"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	CallID    string          `json:"call_id"`
+	Name      string          `json:"name"`
+	Arguments string          `json:"arguments"`
+	Output    json.RawMessage `json:"output"`
+	Summary   []struct {
+		Text string `json:"text"`
+	} `json:"summary"`
+}
+
+type rsTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+type rsRequest struct {
+	Model              string          `json:"model"`
+	Input              json.RawMessage `json:"input"`
+	Instructions       *string         `json:"instructions"`
+	Tools              []rsTool        `json:"tools"`
+	ToolChoice         json.RawMessage `json:"tool_choice"`
+	Temperature        *float32        `json:"temperature"`
+	TopP               *float32        `json:"top_p"`
+	MaxOutputTokens    *int            `json:"max_output_tokens"`
+	Stream             bool            `json:"stream"`
+	PreviousResponseID *string         `json:"previous_response_id"`
+	Conversation       json.RawMessage `json:"conversation"`
+	Background         bool            `json:"background"`
+	Text               *struct {
+		Format *struct {
+			Type string `json:"type"`
+		} `json:"format"`
+	} `json:"text"`
+}
+
+func decodeResponses(p *Proxy, c *call) *apiError {
+	var req rsRequest
+	if e := decodeJSON(c.body, &req); e != nil {
+		return e
+	}
+	switch {
+	case req.PreviousResponseID != nil && *req.PreviousResponseID != "":
+		return unsupported("previous_response_id", "previous_response_id is not supported: the gateway stores no responses; send the whole conversation as input")
+	case len(req.Conversation) > 0 && string(req.Conversation) != "null":
+		return unsupported("conversation", "conversation objects are not supported; send the whole conversation as input")
+	case req.Background:
+		return unsupported("background", "background responses are not supported")
+	case req.Text != nil && req.Text.Format != nil && req.Text.Format.Type != "" && req.Text.Format.Type != "text":
+		return unsupported("text.format", "text format %q is not supported", req.Text.Format.Type)
+	}
+	var conv chat.Conversation
+	if req.Instructions != nil && *req.Instructions != "" {
+		conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleSystem, Content: *req.Instructions})
+	}
+	if len(req.Input) == 0 || string(req.Input) == "null" {
+		return badRequest("input", "input is required")
+	}
+	if req.Input[0] == '"' {
+		var s string
+		if err := json.Unmarshal(req.Input, &s); err != nil {
+			return badRequest("input", "invalid input: %v", err)
+		}
+		conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleUser, Content: s})
+	} else {
+		var items []rsItem
+		if err := json.Unmarshal(req.Input, &items); err != nil {
+			return badRequest("input", "input must be a string or an array of input items: %v", err)
+		}
+		var cur *chat.Message // assistant turn being assembled
+		flush := func() {
+			if cur != nil {
+				conv.Messages = append(conv.Messages, *cur)
+				cur = nil
+			}
+		}
+		for i, it := range items {
+			param := "input[" + strconv.Itoa(i) + "]"
+			switch it.Type {
+			case "", "message":
+				text, e := textOf(it.Content, param+".content")
+				if e != nil {
+					return e
+				}
+				switch it.Role {
+				case chat.RoleAssistant:
+					if cur != nil && (len(cur.ToolCalls) > 0 || cur.Content != "") {
+						flush()
+					}
+					if cur == nil {
+						cur = &chat.Message{Role: chat.RoleAssistant}
+					}
+					cur.Content = text
+				case chat.RoleUser, chat.RoleSystem, "developer":
+					flush()
+					role := it.Role
+					if role == "developer" {
+						role = chat.RoleSystem
+					}
+					conv.Messages = append(conv.Messages, chat.Message{Role: role, Content: text})
+				default:
+					return badRequest(param+".role", "invalid role %q: expected user, system, developer or assistant", it.Role)
+				}
+			case "function_call":
+				if cur == nil {
+					cur = &chat.Message{Role: chat.RoleAssistant}
+				}
+				cur.ToolCalls = append(cur.ToolCalls, chat.ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments})
+			case "reasoning":
+				if cur != nil && (len(cur.ToolCalls) > 0 || cur.Content != "") {
+					flush()
+				}
+				if cur == nil {
+					cur = &chat.Message{Role: chat.RoleAssistant}
+				}
+				for _, s := range it.Summary {
+					cur.Reasoning += s.Text
+				}
+			case "function_call_output":
+				flush()
+				out, e := textOf(it.Output, param+".output")
+				if e != nil {
+					return e
+				}
+				conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleTool, Content: out, ToolCallID: it.CallID})
+			default:
+				return unsupported(param+".type", "input item type %q is not supported", it.Type)
+			}
+		}
+		flush()
+	}
+	for i, t := range req.Tools {
+		if t.Type != "function" {
+			return unsupported("tools["+strconv.Itoa(i)+"].type", "tool type %q is not supported (function only)", t.Type)
+		}
+		conv.Tools = append(conv.Tools, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	}
+	drop, e := toolChoiceDropsTools(req.ToolChoice)
+	if e != nil {
+		return e
+	}
+	if drop {
+		conv.Tools = nil
+	}
+	if e := checkConversation(&conv, "input"); e != nil {
+		return e
+	}
+	var s engine.Sampling
+	if req.Temperature != nil {
+		s.Temperature = *req.Temperature
+	}
+	if req.TopP != nil {
+		s.TopP = *req.TopP
+	}
+	if req.MaxOutputTokens != nil {
+		s.MaxTokens = *req.MaxOutputTokens
+	}
+	c.requested = req.Model
+	model := req.Model
+	p.applyOverrides(c, &model, &s, req.Temperature != nil)
+	c.stream = req.Stream
+	c.chat = &ChatRequest{Model: model, Conv: conv, Sampling: s, ToolIDPrefix: "call_"}
+	return nil
+}
+
+type rsPart struct {
+	Type        string `json:"type"`
+	Text        string `json:"text"`
+	Annotations []any  `json:"annotations"`
+	Logprobs    []any  `json:"logprobs"`
+}
+
+type rsSummary struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type rsOutItem struct {
+	Type      string      `json:"type"`
+	ID        string      `json:"id"`
+	Status    string      `json:"status,omitempty"`
+	Role      string      `json:"role,omitempty"`
+	Content   []rsPart    `json:"content,omitempty"`
+	Summary   []rsSummary `json:"summary,omitempty"`
+	CallID    string      `json:"call_id,omitempty"`
+	Name      string      `json:"name,omitempty"`
+	Arguments *string     `json:"arguments,omitempty"`
+}
+
+// MarshalJSON keeps the arrays a type requires even when empty.
+func (it rsOutItem) MarshalJSON() ([]byte, error) {
+	type plain rsOutItem
+	switch it.Type {
+	case "message":
+		if it.Content == nil {
+			return json.Marshal(struct {
+				plain
+				Content []rsPart `json:"content"`
+			}{plain(it), []rsPart{}})
+		}
+	case "reasoning":
+		if it.Summary == nil {
+			return json.Marshal(struct {
+				plain
+				Summary []rsSummary `json:"summary"`
+			}{plain(it), []rsSummary{}})
+		}
+	}
+	return json.Marshal(plain(it))
+}
+
+type rsUsage struct {
+	InputTokens        int `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int `json:"total_tokens"`
+}
+
+type rsResponse struct {
+	ID                string    `json:"id"`
+	Object            string    `json:"object"`
+	CreatedAt         int64     `json:"created_at"`
+	Status            string    `json:"status"`
+	Error             *struct{} `json:"error"`
+	IncompleteDetails *struct {
+		Reason string `json:"reason"`
+	} `json:"incomplete_details"`
+	Model             string      `json:"model"`
+	Output            []rsOutItem `json:"output"`
+	ParallelToolCalls bool        `json:"parallel_tool_calls"`
+	ToolChoice        string      `json:"tool_choice"`
+	Tools             []any       `json:"tools"`
+	Temperature       float32     `json:"temperature"`
+	TopP              float32     `json:"top_p"`
+	Usage             *rsUsage    `json:"usage"`
+}
+
+type rsAux struct {
+	items []rsOutItem
+}
+
+func rsOutput(p *Proxy, c *call) []rsOutItem {
+	r := c.res
+	var out []rsOutItem
+	if r.Message.Reasoning != "" {
+		out = append(out, rsOutItem{Type: "reasoning", ID: "rs_" + c.id[len("resp_"):], Summary: []rsSummary{{Type: "summary_text", Text: r.Message.Reasoning}}})
+	}
+	if r.Message.Content != "" || len(r.Message.ToolCalls) == 0 {
+		out = append(out, rsOutItem{Type: "message", ID: "msg_" + c.id[len("resp_"):], Status: "completed", Role: chat.RoleAssistant,
+			Content: []rsPart{{Type: "output_text", Text: r.Message.Content, Annotations: []any{}, Logprobs: []any{}}}})
+	}
+	for i, tc := range r.Message.ToolCalls {
+		args := tc.Arguments
+		out = append(out, rsOutItem{Type: "function_call", ID: "fc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Arguments: &args})
+	}
+	return out
+}
+
+func (c *call) rsResponse(status string, output []rsOutItem) *rsResponse {
+	r := c.res
+	resp := &rsResponse{ID: c.id, Object: "response", CreatedAt: c.created, Status: status, Model: r.Model,
+		Output: output, ParallelToolCalls: true, ToolChoice: "auto", Tools: []any{},
+		Temperature: c.chat.Sampling.Temperature, TopP: c.chat.Sampling.TopP}
+	if resp.TopP == 0 {
+		resp.TopP = 1
+	}
+	if status != "in_progress" {
+		resp.Usage = &rsUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens, TotalTokens: r.PromptTokens + r.CompletionTokens}
+		if r.FinishReason == engine.FinishLength {
+			resp.Status = "incomplete"
+			resp.IncompleteDetails = &struct {
+				Reason string `json:"reason"`
+			}{"max_output_tokens"}
+		}
+	}
+	return resp
+}
+
+func encodeResponses(p *Proxy, c *call) ([]byte, error) {
+	items := rsOutput(p, c)
+	c.aux = &rsAux{items: items}
+	return json.Marshal(c.rsResponse("completed", items))
+}
+
+func streamResponses(p *Proxy, c *call, buf []byte) []byte {
+	items := c.aux.(*rsAux).items
+	seq := 0
+	ev := func(name string, fields map[string]any) {
+		fields["type"] = name
+		fields["sequence_number"] = seq
+		seq++
+		buf = appendSSEEvent(buf, name, mustJSON(fields))
+	}
+	ev("response.created", map[string]any{"response": c.rsResponse("in_progress", []rsOutItem{})})
+	ev("response.in_progress", map[string]any{"response": c.rsResponse("in_progress", []rsOutItem{})})
+	for oi, it := range items {
+		switch it.Type {
+		case "reasoning":
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "reasoning", ID: it.ID}})
+		case "message":
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "message", ID: it.ID, Status: "in_progress", Role: chat.RoleAssistant}})
+			part := rsPart{Type: "output_text", Annotations: []any{}, Logprobs: []any{}}
+			ev("response.content_part.added", map[string]any{"item_id": it.ID, "output_index": oi, "content_index": 0, "part": part})
+			text := it.Content[0].Text
+			ev("response.output_text.delta", map[string]any{"item_id": it.ID, "output_index": oi, "content_index": 0, "delta": text, "logprobs": []any{}})
+			ev("response.output_text.done", map[string]any{"item_id": it.ID, "output_index": oi, "content_index": 0, "text": text, "logprobs": []any{}})
+			part.Text = text
+			ev("response.content_part.done", map[string]any{"item_id": it.ID, "output_index": oi, "content_index": 0, "part": part})
+		case "function_call":
+			empty := ""
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "function_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Arguments: &empty}})
+			ev("response.function_call_arguments.delta", map[string]any{"item_id": it.ID, "output_index": oi, "delta": *it.Arguments})
+			ev("response.function_call_arguments.done", map[string]any{"item_id": it.ID, "output_index": oi, "name": it.Name, "arguments": *it.Arguments})
+		}
+		ev("response.output_item.done", map[string]any{"output_index": oi, "item": it})
+	}
+	final := c.rsResponse("completed", items)
+	name := "response.completed"
+	if final.Status == "incomplete" {
+		name = "response.incomplete"
+	}
+	ev(name, map[string]any{"response": final})
+	return buf
+}

@@ -1,0 +1,347 @@
+package proxy
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/engine"
+)
+
+// Codec turns text into token ids and back; the /v1/completions route of a
+// TokenBackend needs it (chat routes only need the template).
+type Codec interface {
+	Encode(text string) ([]int32, error)
+	Decode(ids []int32) (string, error)
+}
+
+// Render reasons recorded in model_request events.
+const (
+	ReasonFirstCall        = "first_call"
+	ReasonNoTokenState     = "no_token_state"
+	ReasonHistoryRewritten = "history_rewritten"
+	ReasonToolsChanged     = "tools_changed"
+	ReasonRawPrompt        = "raw_prompt"
+	ReasonUpstream         = "upstream_rendered"
+)
+
+// TokenBackend serves calls from a token-in-token-out engine: it renders
+// conversations with the chat template, generates, and parses the reply.
+//
+// It keeps per-attempt token state: when a call's conversation extends an
+// earlier call's conversation plus that call's reply, the prompt is the
+// earlier prompt ids + the ids the engine generated + the rendered new
+// messages, never a re-tokenization of earlier text. The state lives in
+// memory (bounded, least recently used attempts dropped); when it is
+// missing (e.g. after a restart) the prompt is rendered from scratch and the
+// event says why.
+type TokenBackend struct {
+	engine   engine.TokenEngine
+	template chat.Template
+	codec    Codec
+
+	maxAttempts int
+	ids         atomic.Uint64
+
+	mu     sync.Mutex
+	states map[string]*list.Element // attempt key → element of lru (*attemptState)
+	lru    list.List
+}
+
+// statesPerAttempt bounds the branches remembered per attempt (a harness
+// may run several conversations, e.g. sub-agents, in one attempt).
+const statesPerAttempt = 4
+
+type attemptState struct {
+	key      string
+	branches []*branch // most recent first
+}
+
+// branch is one conversation as generated so far: the messages (ending
+// with the generated reply) and the ids prompt+generated.
+type branch struct {
+	msgs  []chat.Message
+	tools []chat.Tool
+	ids   []int32
+}
+
+// NewTokenBackend returns a backend over e and template t. codec may be nil
+// (then /v1/completions accepts only token-id prompts and returns no text).
+// maxAttempts bounds the attempts whose token state is kept (default 4096).
+func NewTokenBackend(e engine.TokenEngine, t chat.Template, codec Codec, maxAttempts int) *TokenBackend {
+	if maxAttempts <= 0 {
+		maxAttempts = 4096
+	}
+	return &TokenBackend{engine: e, template: t, codec: codec, maxAttempts: maxAttempts, states: map[string]*list.Element{}}
+}
+
+// ModelName implements Backend.
+func (b *TokenBackend) ModelName() string { return b.engine.ModelName() }
+
+// Forget drops the token state of an attempt (e.g. when it ends).
+func (b *TokenBackend) Forget(t Target) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if el, ok := b.states[t.key()]; ok {
+		b.lru.Remove(el)
+		delete(b.states, t.key())
+	}
+}
+
+// prompt computes the prompt ids for conv, continuing token state if it can.
+func (b *TokenBackend) prompt(key string, conv chat.Conversation) (ids []int32, continued bool, reason string, err error) {
+	var prev *branch
+	reason = ReasonFirstCall
+	for _, m := range conv.Messages {
+		if m.Role == chat.RoleAssistant {
+			reason = ReasonNoTokenState
+			break
+		}
+	}
+	b.mu.Lock()
+	if el, ok := b.states[key]; ok {
+		b.lru.MoveToFront(el)
+		st := el.Value.(*attemptState)
+		best, toolsChanged := -1, false
+		for _, br := range st.branches {
+			n := len(br.msgs)
+			if n >= len(conv.Messages) || n <= best {
+				continue
+			}
+			if !messagesExtend(conv.Messages[:n], br.msgs) {
+				continue
+			}
+			if !toolsEqual(conv.Tools, br.tools) {
+				toolsChanged = true
+				continue
+			}
+			prev, best = br, n
+		}
+		if prev == nil && len(st.branches) > 0 {
+			reason = ReasonHistoryRewritten
+			if toolsChanged {
+				reason = ReasonToolsChanged
+			}
+		}
+	}
+	b.mu.Unlock()
+	if prev != nil {
+		suffix, err := b.template.RenderSuffix(conv, len(prev.msgs))
+		if err != nil {
+			return nil, false, "", fmt.Errorf("render suffix: %w", err)
+		}
+		ids = make([]int32, 0, len(prev.ids)+len(suffix))
+		ids = append(append(ids, prev.ids...), suffix...)
+		return ids, true, "", nil
+	}
+	ids, err = b.template.Render(conv, true)
+	if err != nil {
+		return nil, false, "", fmt.Errorf("render: %w", err)
+	}
+	return ids, false, reason, nil
+}
+
+// remember records a generated branch for key.
+func (b *TokenBackend) remember(key string, br *branch) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var st *attemptState
+	if el, ok := b.states[key]; ok {
+		b.lru.MoveToFront(el)
+		st = el.Value.(*attemptState)
+	} else {
+		st = &attemptState{key: key}
+		b.states[key] = b.lru.PushFront(st)
+		for b.lru.Len() > b.maxAttempts {
+			old := b.lru.Back()
+			b.lru.Remove(old)
+			delete(b.states, old.Value.(*attemptState).key)
+		}
+	}
+	// A branch this one extends is superseded.
+	kept := st.branches[:0:0]
+	kept = append(kept, br)
+	for _, o := range st.branches {
+		if len(o.msgs) < len(br.msgs) && messagesExtend(br.msgs[:len(o.msgs)], o.msgs) {
+			continue
+		}
+		if len(kept) < statesPerAttempt {
+			kept = append(kept, o)
+		}
+	}
+	st.branches = kept
+}
+
+func (b *TokenBackend) sampling(s engine.Sampling, promptLen int) (engine.Sampling, error) {
+	stops := b.template.StopIDs()
+	if len(s.StopIDs) == 0 {
+		s.StopIDs = stops
+	} else {
+		s.StopIDs = append(append([]int32(nil), s.StopIDs...), stops...)
+	}
+	if max := b.engine.MaxContext(); max > 0 {
+		room := max - promptLen
+		if room <= 0 {
+			return s, fmt.Errorf("%w: prompt of %d tokens exceeds the context of %d tokens", ErrBadRequest, promptLen, max)
+		}
+		if s.MaxTokens <= 0 || s.MaxTokens > room {
+			s.MaxTokens = room
+		}
+	}
+	return s, nil
+}
+
+// Chat implements Backend.
+func (b *TokenBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, error) {
+	if len(req.Stop) > 0 {
+		return nil, fmt.Errorf("%w: stop strings are not supported by the token engine", ErrUnsupported)
+	}
+	key := req.Target.key()
+	prompt, continued, reason, err := b.prompt(key, req.Conv)
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.sampling(req.Sampling, len(prompt))
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.engine.Generate(ctx, prompt, s)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	msg, err := b.template.Parse(res.IDs)
+	if err != nil {
+		return nil, fmt.Errorf("parse reply: %w", err)
+	}
+	msg.Role = chat.RoleAssistant
+	for i := range msg.ToolCalls {
+		if msg.ToolCalls[i].ID == "" {
+			msg.ToolCalls[i].ID = req.ToolIDPrefix + strconv.FormatUint(b.ids.Add(1), 36) + randSuffix()
+		}
+	}
+	if res.FinishReason == engine.FinishStop {
+		msgs := make([]chat.Message, len(req.Conv.Messages)+1)
+		copy(msgs, req.Conv.Messages)
+		msgs[len(msgs)-1] = msg
+		all := make([]int32, 0, len(prompt)+len(res.IDs))
+		all = append(append(all, prompt...), res.IDs...)
+		b.remember(key, &branch{msgs: msgs, tools: req.Conv.Tools, ids: all})
+	}
+	return &Result{
+		Message: msg, PromptIDs: prompt, ResponseIDs: res.IDs, Logprobs: res.Logprobs,
+		FinishReason: res.FinishReason, Model: res.Model, ModelVersion: res.ModelVersion,
+		Continued: continued, RenderReason: reason,
+		PromptTokens: len(prompt), CompletionTokens: len(res.IDs),
+	}, nil
+}
+
+// Complete implements Backend.
+func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Result, error) {
+	if len(req.Stop) > 0 {
+		return nil, fmt.Errorf("%w: stop strings are not supported by the token engine", ErrUnsupported)
+	}
+	prompt := req.PromptIDs
+	if !req.IDsGiven {
+		if b.codec == nil {
+			return nil, fmt.Errorf("%w: text prompts need a tokenizer; send token ids", ErrUnsupported)
+		}
+		var err error
+		if prompt, err = b.codec.Encode(req.Prompt); err != nil {
+			return nil, fmt.Errorf("encode prompt: %w", err)
+		}
+	}
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("%w: empty prompt", ErrBadRequest)
+	}
+	s := req.Sampling
+	if max := b.engine.MaxContext(); max > 0 {
+		room := max - len(prompt)
+		if room <= 0 {
+			return nil, fmt.Errorf("%w: prompt of %d tokens exceeds the context of %d tokens", ErrBadRequest, len(prompt), max)
+		}
+		if s.MaxTokens <= 0 || s.MaxTokens > room {
+			s.MaxTokens = room
+		}
+	}
+	res, err := b.engine.Generate(ctx, prompt, s)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	var text string
+	if b.codec != nil {
+		if text, err = b.codec.Decode(res.IDs); err != nil {
+			return nil, fmt.Errorf("decode: %w", err)
+		}
+	}
+	return &Result{
+		Text: text, PromptIDs: prompt, ResponseIDs: res.IDs, Logprobs: res.Logprobs,
+		FinishReason: res.FinishReason, Model: res.Model, ModelVersion: res.ModelVersion,
+		RenderReason: ReasonRawPrompt, PromptTokens: len(prompt), CompletionTokens: len(res.IDs),
+	}, nil
+}
+
+// messagesExtend reports whether got (as sent by a harness) is the same
+// conversation as want (as generated). Assistant messages compare loosely:
+// reasoning is ignored (harnesses often drop it), text is compared
+// trimmed, tool call arguments as JSON values and tool call ids not at all
+// (the template does not render them).
+func messagesExtend(got, want []chat.Message) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		g, w := &got[i], &want[i]
+		if g.Role != w.Role {
+			return false
+		}
+		if g.Role != chat.RoleAssistant {
+			if g.Content != w.Content || g.ToolCallID != w.ToolCallID {
+				return false
+			}
+			continue
+		}
+		if trimSpace(g.Content) != trimSpace(w.Content) || len(g.ToolCalls) != len(w.ToolCalls) {
+			return false
+		}
+		for j := range g.ToolCalls {
+			if g.ToolCalls[j].Name != w.ToolCalls[j].Name || !jsonEqual(g.ToolCalls[j].Arguments, w.ToolCalls[j].Arguments) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func trimSpace(s string) string { return string(bytes.TrimSpace([]byte(s))) }
+
+func toolsEqual(a, b []chat.Tool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Description != b[i].Description || !jsonEqual(string(a[i].Parameters), string(b[i].Parameters)) {
+			return false
+		}
+	}
+	return true
+}
+
+// jsonEqual compares two JSON texts as values (falling back to text).
+func jsonEqual(a, b string) bool {
+	if a == b {
+		return true
+	}
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return bytes.Equal(xa, yb)
+}
