@@ -38,7 +38,7 @@ func (n *net) w(name string) *Node {
 // rmsNorm normalizes over the last axis and scales by weight.
 func rmsNorm(x, weight *Node, eps float64) *Node {
 	ms := ReduceAndKeep(Square(x), ReduceMean, -1)
-	r := BroadcastToDims(Rsqrt(AddScalar(ms, eps)), x.Shape().Dimensions...)
+	r := BroadcastToDims(Div(ScalarOne(x.Graph(), x.DType()), Sqrt(AddScalar(ms, eps))), x.Shape().Dimensions...)
 	return Mul(Mul(x, r), like(weight, x))
 }
 

@@ -1,0 +1,358 @@
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/aglrl/agl/model/safetensors"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph DSL
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// AdamW configures the optimizer.
+type AdamW struct {
+	LR          float64 `json:"lr"`
+	Beta1       float64 `json:"beta1"`
+	Beta2       float64 `json:"beta2"`
+	Eps         float64 `json:"eps"`
+	WeightDecay float64 `json:"weight_decay"` // decoupled; applied to matrices only
+	ClipNorm    float64 `json:"clip_norm"`    // global gradient norm clip; 0 disables
+}
+
+// DefaultAdamW is a common small-model setting.
+func DefaultAdamW() AdamW {
+	return AdamW{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1}
+}
+
+// Batch is a batch of token sequences with per-token training data. Every
+// per-token slice has the length of its sequence, and index t refers to
+// token t (the prediction of token t from tokens < t); index 0 is never
+// trained.
+type Batch struct {
+	IDs [][]int32
+	// Weights w_t: the loss is Σ_t w_t·ℓ_t (so a mean over assistant tokens
+	// is weights 1/N on them and 0 elsewhere).
+	Weights [][]float32
+	// Policy-gradient inputs (ignored by StepSFT). Mask m_t ∈ {0,1};
+	// Behavior = rollout log-probs; OldLogp optional (decoupled PPO/TIS);
+	// RefLogp optional (KL penalty).
+	Mask, Behavior, OldLogp, RefLogp, Advantages [][]float32
+}
+
+// StepStats describes one optimizer step.
+type StepStats struct {
+	Step     int64
+	Loss     float64
+	GradNorm float64 // before clipping
+	Tokens   int     // tokens with nonzero weight
+	// Policy-gradient only.
+	EntropyMean, ClipFrac, ApproxKL float64
+}
+
+// Trainer holds trainable weights and AdamW state on the backend.
+type Trainer struct {
+	m   *Model
+	Opt AdamW
+
+	params, mom, vel []*tensors.Tensor
+	step             int64
+
+	sftExec, pgExec *Exec
+}
+
+// NewTrainer starts training from w with fresh optimizer state.
+func NewTrainer(m *Model, w *Weights, opt AdamW) (*Trainer, error) {
+	d, err := m.Upload(w)
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainer{m: m, Opt: opt, params: d.tensors}
+	for i, spec := range m.cfg.Params() {
+		_ = i
+		t.mom = append(t.mom, tensors.FromShape(shapes.Make(dtypes.Float32, spec.Shape...)))
+		t.vel = append(t.vel, tensors.FromShape(shapes.Make(dtypes.Float32, spec.Shape...)))
+	}
+	if err := t.compile(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Step is the number of optimizer steps taken.
+func (t *Trainer) Step() int64 { return t.step }
+
+// Weights downloads the current weights.
+func (t *Trainer) Weights() (*Weights, error) { return t.m.Download(&DeviceWeights{tensors: t.params}) }
+
+const numOptScalars = 7 // step, lr, b1, b2, eps, wd, clip
+
+func (t *Trainer) compile() error {
+	cfg := t.m.cfg
+	n := len(cfg.Params())
+	build := func(lossFn func(g *Graph, logp, ent *Node, extra []*Node) (*Node, []*Node)) func(g *Graph, ins []*Node) []*Node {
+		return func(g *Graph, ins []*Node) []*Node {
+			params, mom, vel := ins[:n], ins[n:2*n], ins[2*n:3*n]
+			sc := ins[3*n : 3*n+numOptScalars]
+			rest := ins[3*n+numOptScalars:]
+			ids := rest[0]
+			logp, ent := newNet(cfg, params).tokenLogProbs(ids)
+			loss, stats := lossFn(g, logp, ent, rest[1:])
+			grads := Gradient(loss, params...)
+			newP, newM, newV, gnorm := adamW(params, mom, vel, grads, sc)
+			outs := append(append(append(newP, newM...), newV...), loss, gnorm)
+			return append(outs, stats...)
+		}
+	}
+	var err error
+	t.sftExec, err = NewExec(t.m.backend, build(func(g *Graph, logp, ent *Node, extra []*Node) (*Node, []*Node) {
+		return Neg(ReduceAllSum(Mul(logp, extra[0]))), nil
+	}))
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	t.pgExec, err = NewExec(t.m.backend, build(func(g *Graph, logp, ent *Node, x []*Node) (*Node, []*Node) {
+		return policyLoss(policyLossInputs{logp: logp, entropy: ent,
+			w: x[0], mask: x[1], behavior: x[2], old: x[3], ref: x[4], adv: x[5],
+			clipLow: x[6], clipHigh: x[7], dual: x[8], tis: x[9], klCoef: x[10], klK3: x[11], entCoef: x[12], clamp: x[13], hasOld: x[14]})
+	}))
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	t.sftExec.SetMaxCache(256)
+	t.pgExec.SetMaxCache(256)
+	return nil
+}
+
+// adamW clips gradients by global norm and applies one decoupled-weight-
+// decay Adam update. sc = step, lr, beta1, beta2, eps, weight decay, clip.
+func adamW(params, mom, vel, grads []*Node, sc []*Node) (newP, newM, newV []*Node, gnorm *Node) {
+	g := params[0].Graph()
+	step, lr, b1, b2, eps, wd, clip := sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6]
+	one := ScalarOne(g, dtypes.Float32)
+	sq := ScalarZero(g, dtypes.Float32)
+	for _, gr := range grads {
+		sq = Add(sq, ReduceAllSum(Square(gr)))
+	}
+	gnorm = Sqrt(sq)
+	scale := Where(GreaterThan(clip, ScalarZero(g, dtypes.Float32)),
+		Min(one, Div(clip, AddScalar(gnorm, 1e-6))), one)
+	bc1 := Sub(one, Pow(b1, step))
+	bc2 := Sub(one, Pow(b2, step))
+	for i, p := range params {
+		dims := p.Shape().Dimensions
+		bc := func(s *Node) *Node { return BroadcastToDims(s, dims...) }
+		gr := Mul(grads[i], bc(scale))
+		m := Add(Mul(bc(b1), mom[i]), Mul(bc(Sub(one, b1)), gr))
+		v := Add(Mul(bc(b2), vel[i]), Mul(bc(Sub(one, b2)), Square(gr)))
+		upd := Div(Div(m, bc(bc1)), Add(Sqrt(Div(v, bc(bc2))), bc(eps)))
+		if p.Rank() >= 2 {
+			upd = Add(upd, Mul(bc(wd), p))
+		}
+		newP = append(newP, Sub(p, Mul(bc(lr), upd)))
+		newM = append(newM, m)
+		newV = append(newV, v)
+	}
+	return newP, newM, newV, gnorm
+}
+
+// pad2 right-pads per-token float rows into a [rows, cols] tensor.
+func pad2(rowsData [][]float32, rows, cols int) *tensors.Tensor {
+	flat := make([]float32, rows*cols)
+	for i, r := range rowsData {
+		copy(flat[i*cols:], r)
+	}
+	return tensors.FromFlatDataAndDimensions(flat, rows, cols)
+}
+
+func f32(v float64) *tensors.Tensor { return tensors.FromScalar(float32(v)) }
+
+func (t *Trainer) shape(b *Batch) (rows, cols int, err error) {
+	if len(b.IDs) == 0 {
+		return 0, 0, errors.New("model: empty batch")
+	}
+	maxLen := 2
+	for i, s := range b.IDs {
+		maxLen = max(maxLen, len(s))
+		for _, id := range s {
+			if id < 0 || int(id) >= t.m.cfg.VocabSize {
+				return 0, 0, fmt.Errorf("model: token id %d outside vocabulary of %d", id, t.m.cfg.VocabSize)
+			}
+		}
+		if len(b.Weights) != len(b.IDs) || len(b.Weights[i]) != len(s) {
+			return 0, 0, fmt.Errorf("model: batch row %d: weights do not match ids", i)
+		}
+	}
+	return bucket(len(b.IDs)), bucket(maxLen), nil
+}
+
+func (t *Trainer) optArgs() []any {
+	a := make([]any, 0, 3*len(t.params)+32)
+	for _, s := range [][]*tensors.Tensor{t.params, t.mom, t.vel} {
+		for _, x := range s {
+			a = append(a, x)
+		}
+	}
+	o := t.Opt
+	return append(a, f32(float64(t.step+1)), f32(o.LR), f32(o.Beta1), f32(o.Beta2), f32(o.Eps), f32(o.WeightDecay), f32(o.ClipNorm))
+}
+
+func (t *Trainer) run(ctx context.Context, exec *Exec, args []any, b *Batch) (StepStats, error) {
+	if err := ctx.Err(); err != nil {
+		return StepStats{}, err
+	}
+	outs, err := exec.Call(args...)
+	if err != nil {
+		return StepStats{}, fmt.Errorf("model: train step: %w", err)
+	}
+	n := len(t.params)
+	for _, old := range [][]*tensors.Tensor{t.params, t.mom, t.vel} {
+		for _, x := range old {
+			x.FinalizeAll()
+		}
+	}
+	t.params, t.mom, t.vel = outs[:n], outs[n:2*n], outs[2*n:3*n]
+	t.step++
+	st := StepStats{Step: t.step}
+	st.Loss = float64(tensors.ToScalar[float32](outs[3*n]))
+	st.GradNorm = float64(tensors.ToScalar[float32](outs[3*n+1]))
+	if len(outs) >= 3*n+5 {
+		st.EntropyMean = float64(tensors.ToScalar[float32](outs[3*n+2]))
+		st.ClipFrac = float64(tensors.ToScalar[float32](outs[3*n+3]))
+		st.ApproxKL = float64(tensors.ToScalar[float32](outs[3*n+4]))
+	}
+	for _, r := range b.Weights {
+		for j, w := range r {
+			if j > 0 && w != 0 {
+				st.Tokens++
+			}
+		}
+	}
+	return st, nil
+}
+
+// StepSFT takes one AdamW step on the weighted cross-entropy
+// −Σ w_t·log p(token t).
+func (t *Trainer) StepSFT(ctx context.Context, b *Batch) (StepStats, error) {
+	rows, cols, err := t.shape(b)
+	if err != nil {
+		return StepStats{}, err
+	}
+	args := append(t.optArgs(), tensors.FromFlatDataAndDimensions(padIDs(b.IDs, rows, cols), rows, cols), pad2(b.Weights, rows, cols))
+	return t.run(ctx, t.sftExec, args, b)
+}
+
+// StepPolicy takes one AdamW step on the policy-gradient loss (see
+// policyLoss; it matches samples.PolicyLoss).
+func (t *Trainer) StepPolicy(ctx context.Context, b *Batch, lc PolicyLossConfig) (StepStats, error) {
+	rows, cols, err := t.shape(b)
+	if err != nil {
+		return StepStats{}, err
+	}
+	for name, x := range map[string][][]float32{"mask": b.Mask, "behavior": b.Behavior, "advantages": b.Advantages} {
+		if len(x) != len(b.IDs) {
+			return StepStats{}, fmt.Errorf("model: batch %s has %d rows, ids %d", name, len(x), len(b.IDs))
+		}
+		for i := range x {
+			if len(x[i]) != len(b.IDs[i]) {
+				return StepStats{}, fmt.Errorf("model: batch %s row %d has %d values for %d tokens", name, i, len(x[i]), len(b.IDs[i]))
+			}
+		}
+	}
+	old, hasOld := b.OldLogp, 1.0
+	if old == nil {
+		old, hasOld = b.Behavior, 0
+	}
+	ref, klCoef := b.RefLogp, lc.KLCoef
+	if ref == nil {
+		ref, klCoef = nil, 0
+	}
+	clamp := lc.LogRatioClamp
+	if clamp == 0 {
+		clamp = 20
+	}
+	klK3 := 1.0
+	if lc.KLK1 {
+		klK3 = 0
+	}
+	args := append(t.optArgs(), tensors.FromFlatDataAndDimensions(padIDs(b.IDs, rows, cols), rows, cols),
+		pad2(b.Weights, rows, cols), pad2(b.Mask, rows, cols), pad2(b.Behavior, rows, cols), pad2(old, rows, cols),
+		pad2(ref, rows, cols), pad2(b.Advantages, rows, cols),
+		f32(lc.ClipLow), f32(lc.ClipHigh), f32(lc.DualClip), f32(lc.TISCap), f32(klCoef), f32(klK3), f32(lc.EntropyCoef), f32(clamp), f32(hasOld))
+	return t.run(ctx, t.pgExec, args, b)
+}
+
+// Checkpoint files written by SaveCheckpoint besides the model files.
+const (
+	OptimizerFile = "optimizer.safetensors"
+)
+
+// SaveCheckpoint writes the weights (config.json, model.safetensors) and
+// the optimizer state and step (optimizer.safetensors) into dir.
+func (t *Trainer) SaveCheckpoint(dir string) error {
+	w, err := t.Weights()
+	if err != nil {
+		return err
+	}
+	if err := w.Save(dir); err != nil {
+		return err
+	}
+	opt, _ := json.Marshal(t.Opt)
+	f := &safetensors.File{Tensors: map[string]safetensors.Tensor{},
+		Metadata: map[string]string{"step": strconv.FormatInt(t.step, 10), "adamw": string(opt)}}
+	for i, spec := range t.m.cfg.Params() {
+		for prefix, s := range map[string][]*tensors.Tensor{"m.": t.mom, "v.": t.vel} {
+			data, err := tensors.CopyFlatData[float32](s[i])
+			if err != nil {
+				return fmt.Errorf("model: checkpoint: %w", err)
+			}
+			f.Tensors[prefix+spec.Name] = tensorOf(spec.Shape, data)
+		}
+	}
+	return safetensors.WriteFile(filepath.Join(dir, OptimizerFile), f)
+}
+
+// LoadTrainer resumes training from a checkpoint directory; without an
+// optimizer file it starts fresh optimizer state with opt.
+func LoadTrainer(m *Model, dir string, opt AdamW) (*Trainer, error) {
+	w, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	t, err := NewTrainer(m, w, opt)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, OptimizerFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return t, nil
+	}
+	f, err := safetensors.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if t.step, err = strconv.ParseInt(f.Metadata["step"], 10, 64); err != nil {
+		return nil, fmt.Errorf("model: checkpoint step: %w", err)
+	}
+	if s := f.Metadata["adamw"]; s != "" {
+		if err := json.Unmarshal([]byte(s), &t.Opt); err != nil {
+			return nil, fmt.Errorf("model: checkpoint optimizer: %w", err)
+		}
+	}
+	for i, spec := range m.cfg.Params() {
+		for prefix, s := range map[string][]*tensors.Tensor{"m.": t.mom, "v.": t.vel} {
+			x, ok := f.Tensors[prefix+spec.Name]
+			if !ok || len(x.Data) != prod(spec.Shape) {
+				return nil, fmt.Errorf("model: checkpoint: missing or misshapen %s%s", prefix, spec.Name)
+			}
+			s[i] = tensors.FromFlatDataAndDimensions(x.Data, spec.Shape...)
+		}
+	}
+	return t, nil
+}
