@@ -189,24 +189,8 @@ func lossyUTF8(b []byte) string {
 			i++
 			continue
 		}
-		var need int
-		lo, hi := byte(0x80), byte(0xBF)
-		switch {
-		case c >= 0xC2 && c <= 0xDF:
-			need = 1
-		case c == 0xE0:
-			need, lo = 2, 0xA0
-		case c >= 0xE1 && c <= 0xEC, c == 0xEE, c == 0xEF:
-			need = 2
-		case c == 0xED:
-			need, hi = 2, 0x9F
-		case c == 0xF0:
-			need, lo = 3, 0x90
-		case c >= 0xF1 && c <= 0xF3:
-			need = 3
-		case c == 0xF4:
-			need, hi = 3, 0x8F
-		default:
+		need, lo, hi := seqInfo(c)
+		if need == 0 {
 			sb.WriteRune(utf8.RuneError)
 			i++
 			continue

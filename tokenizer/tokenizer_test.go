@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -247,5 +248,83 @@ func TestInvalidUTF8Input(t *testing.T) {
 		if !utf8.ValidString(tok.Decode(ids)) {
 			t.Errorf("%s: Decode returned invalid UTF-8", name)
 		}
+	}
+}
+
+// TestStreamDecoder feeds ids one at a time and checks that the pieces
+// concatenate to Decode of all ids and that no piece ends inside a
+// character.
+func TestStreamDecoder(t *testing.T) {
+	tok := fixtureBPE(t, "qwen3")
+	texts := []string{"héllo 😀👍🏽 日本語 🇫🇷", "plain", "\xf0\x9f\x98 broken \xed\xa0\x80", "👨‍👩‍👧"}
+	recs := readJSONL[goldenRec](t, filepath.Join(fixtureDir, "qwen3", "decode.jsonl"))
+	var idss [][]int32
+	for _, s := range texts {
+		idss = append(idss, tok.Encode(s))
+	}
+	for _, r := range recs {
+		idss = append(idss, r.IDs)
+	}
+	for _, ids := range idss {
+		d := NewStreamDecoder(tok)
+		var sb strings.Builder
+		for _, id := range ids {
+			piece := d.Add(id)
+			if !utf8.ValidString(piece) {
+				t.Fatalf("invalid piece %q", piece)
+			}
+			sb.WriteString(piece)
+		}
+		sb.WriteString(d.Flush())
+		if want := tok.Decode(ids); sb.String() != want {
+			t.Errorf("stream %v:\n got %q\nwant %q", ids, sb.String(), want)
+		}
+	}
+	// A multi-byte character split over byte tokens is held back.
+	b, _ := NewByte()
+	d := NewStreamDecoder(b)
+	if got := d.Add(0xF0, 0x9F); got != "" {
+		t.Errorf("partial char released: %q", got)
+	}
+	if got := d.Add(0x98, 0x80, 'a'); got != "😀a" {
+		t.Errorf("got %q", got)
+	}
+}
+
+// TestRegexFallbackTokenizer loads a GPT-2 style tokenizer.json (ByteLevel
+// with use_regex, "a b" merges) that takes the regexp2 path.
+func TestRegexFallbackTokenizer(t *testing.T) {
+	vocab := map[string]int{}
+	for b := 0; b < 256; b++ {
+		vocab[string(byteEnc[b])] = b
+	}
+	vocab["Ġt"] = 256
+	vocab["he"] = 257
+	vocab["Ġthe"] = 258
+	vocab["'s"] = 259
+	f := map[string]any{
+		"added_tokens":  []map[string]any{{"id": 300, "content": "<|endoftext|>", "special": true}},
+		"pre_tokenizer": map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+		"decoder":       map[string]any{"type": "ByteLevel"},
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"Ġ t", "h e", "Ġt he", "' s"}},
+	}
+	data, _ := json.Marshal(f)
+	tok, err := ParseBPE(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tok.split.(regexSplitter); !ok {
+		t.Fatalf("splitter %T, want regexp2", tok.split)
+	}
+	got := tok.Encode("it's the  the<|endoftext|>")
+	want := []int32{'i', 't', 259, 258, ' ', 258, 300}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if s := tok.Decode(got); s != "it's the  the<|endoftext|>" {
+		t.Errorf("decode %q", s)
+	}
+	if tok.VocabSize() != 301 {
+		t.Errorf("vocab size %d", tok.VocabSize())
 	}
 }
