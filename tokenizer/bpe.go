@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"bytes"
-	"container/heap"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -27,12 +26,17 @@ type BPE struct {
 	ignoreMerges bool
 
 	// cache maps a raw pre-token to its ids.
-	mu    sync.RWMutex
-	cache map[string][]int32
+	mu         sync.RWMutex
+	cache      map[string][]int32
+	cacheBytes int
 }
 
-// maxCache bounds the number of cached pre-tokens per tokenizer.
-const maxCache = 1 << 17
+// The pre-token cache is emptied when it holds more than maxCacheBytes of
+// keys and ids; pre-tokens longer than maxCachedWord are not cached.
+const (
+	maxCacheBytes = 64 << 20
+	maxCachedWord = 16 << 10
+)
 
 // hfFile is the part of tokenizer.json this package reads.
 type hfFile struct {
@@ -341,13 +345,16 @@ func (t *BPE) appendWord(ids []int32, w string) []int32 {
 	}
 	start := len(ids)
 	ids = t.bpe(ids, w)
-	if len(w) <= 256 {
+	if len(w) <= maxCachedWord {
 		c := append([]int32(nil), ids[start:]...)
+		size := len(w) + 4*len(c) + 64
 		t.mu.Lock()
-		if len(t.cache) >= maxCache {
+		if t.cacheBytes+size > maxCacheBytes {
 			clear(t.cache)
+			t.cacheBytes = 0
 		}
 		t.cache[strings.Clone(w)] = c
+		t.cacheBytes += size
 		t.mu.Unlock()
 	}
 	return ids
@@ -366,22 +373,54 @@ type mergeItem struct {
 	id   int32 // merged id
 }
 
+// mergeHeap is a binary min-heap of merges by (rank, pos).
 type mergeHeap []mergeItem
 
-func (h mergeHeap) Len() int { return len(h) }
-func (h mergeHeap) Less(i, j int) bool {
-	if h[i].rank != h[j].rank {
-		return h[i].rank < h[j].rank
+func (a mergeItem) less(b mergeItem) bool {
+	if a.rank != b.rank {
+		return a.rank < b.rank
 	}
-	return h[i].pos < h[j].pos
+	return a.pos < b.pos
 }
-func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(mergeItem)) }
-func (h *mergeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *mergeHeap) push(x mergeItem) {
+	*h = append(*h, x)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s[i].less(s[p]) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *mergeHeap) pop() mergeItem {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && s[r].less(s[l]) {
+			m = r
+		}
+		if !s[m].less(s[i]) {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
 }
 
 // bpe runs the byte-level BPE merges on raw bytes w, the way the Hugging
@@ -405,15 +444,14 @@ func (t *BPE) bpe(ids []int32, w string) []int32 {
 	}
 	syms[len(syms)-1].next = -1
 	if len(syms) > 1 {
-		var h mergeHeap
+		h := make(mergeHeap, 0, len(syms))
 		for i := 0; i+1 < len(syms); i++ {
 			if m, ok := t.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
-				h = append(h, mergeItem{rank: uint32(m >> 32), pos: int32(i), id: int32(uint32(m))})
+				h.push(mergeItem{rank: uint32(m >> 32), pos: int32(i), id: int32(uint32(m))})
 			}
 		}
-		heap.Init(&h)
-		for h.Len() > 0 {
-			it := heap.Pop(&h).(mergeItem)
+		for len(h) > 0 {
+			it := h.pop()
 			s := &syms[it.pos]
 			if s.dead || s.next < 0 {
 				continue
@@ -433,13 +471,13 @@ func (t *BPE) bpe(ids []int32, w string) []int32 {
 			if s.prev >= 0 {
 				p := &syms[s.prev]
 				if m, ok := t.merges[pairKey(p.id, s.id)]; ok {
-					heap.Push(&h, mergeItem{rank: uint32(m >> 32), pos: s.prev, id: int32(uint32(m))})
+					h.push(mergeItem{rank: uint32(m >> 32), pos: s.prev, id: int32(uint32(m))})
 				}
 			}
 			if s.next >= 0 {
 				n := &syms[s.next]
 				if m, ok := t.merges[pairKey(s.id, n.id)]; ok {
-					heap.Push(&h, mergeItem{rank: uint32(m >> 32), pos: it.pos, id: int32(uint32(m))})
+					h.push(mergeItem{rank: uint32(m >> 32), pos: it.pos, id: int32(uint32(m))})
 				}
 			}
 		}
