@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,43 +67,142 @@ func getAttempt(ctx context.Context, tx pgx.Tx, rolloutID, attemptID, lock strin
 }
 
 // Claim takes the oldest queuing or requeuing rollout and starts an attempt.
+//
+// One statement (its own transaction) locks the rollout, marks it running
+// and inserts the attempt. It skips rows other claimers hold; finding
+// nothing that way does not prove the queue empty (the statement's snapshot
+// may predate rollouts created meanwhile while the rows it sees are locked
+// by claimers about to take them), so unless a fresh look finds no queued
+// rollout at all it tries again, then waiting for those locks.
+// ErrNoneQueued thus means: at some moment during the call, no rollout was
+// queued.
 func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim, error) {
+	if err := s.check(); err != nil {
+		return store.Claim{}, err
+	}
 	if req.Mode != "" && !req.Mode.Valid() {
 		return store.Claim{}, store.Errorf(store.ErrInvalid, "unknown mode %q", req.Mode)
 	}
-	var c store.Claim
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		t := now()
-		pick := `SELECT id FROM rollouts WHERE status IN ('queuing', 'requeuing') ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED`
-		args := []any{t}
-		if req.Mode != "" {
-			pick = `SELECT id FROM rollouts WHERE status IN ('queuing', 'requeuing') AND mode = $2 ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED`
-			args = append(args, string(req.Mode))
-		}
-		r, err := scanRollout(tx.QueryRow(ctx, `WITH c AS (`+pick+`)
-			UPDATE rollouts SET status = 'running', num_attempts = num_attempts + 1, updated_at = $1
-			FROM c WHERE rollouts.id = c.id RETURNING `+qualifiedRolloutCols, args...))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return store.ErrNoneQueued
-		}
-		if err != nil {
-			return err
-		}
-		key, hash := store.NewKey()
-		a, err := scanAttempt(tx.QueryRow(ctx, `INSERT INTO attempts (rollout_id, id, number, worker_id,
-			status, key_hash, started_at, last_heartbeat) VALUES ($1, $2, $3, $4, 'running', $5, $6, $6)
-			RETURNING `+attemptCols, r.ID, store.NewID("at_"), int32(r.NumAttempts), req.WorkerID, hash, t))
-		if err != nil {
-			return err
-		}
-		c = store.Claim{Rollout: r, Attempt: a, Key: key}
-		return nil
-	})
-	if err != nil {
-		return store.Claim{}, dbErr("claim", err)
+	where := `status IN ('queuing', 'requeuing')`
+	mode := ""
+	if req.Mode != "" {
+		where += ` AND mode = $5`
+		mode = string(req.Mode)
 	}
-	c.Rollout.Attempts = nil
+	for try := 0; ; try++ {
+		lock := "FOR UPDATE SKIP LOCKED"
+		if try%2 == 1 {
+			lock = "FOR UPDATE"
+		}
+		c, err := s.claimOne(ctx, req.WorkerID, where, lock, mode)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			if err != nil {
+				return store.Claim{}, dbErr("claim", err)
+			}
+			return c, nil
+		}
+		if try%2 == 1 {
+			continue
+		}
+		var queued bool
+		q := `SELECT EXISTS (SELECT 1 FROM rollouts WHERE ` + strings.ReplaceAll(where, "$5", "$1") + `)`
+		var args []any
+		if mode != "" {
+			args = append(args, mode)
+		}
+		if err := s.pool.QueryRow(ctx, q, args...).Scan(&queued); err != nil {
+			return store.Claim{}, dbErr("claim", err)
+		}
+		if !queued || try >= 20 {
+			return store.Claim{}, store.ErrNoneQueued
+		}
+	}
+}
+
+var (
+	claimRolloutCols = prefixCols("u.", rolloutCols)
+	claimAttemptCols = prefixCols("a.", attemptCols)
+)
+
+func (s *Store) claimOne(ctx context.Context, workerID, where, lock, mode string) (store.Claim, error) {
+	t := now()
+	key, hash := store.NewKey()
+	args := []any{t, store.NewID("at_"), workerID, hash}
+	if mode != "" {
+		args = append(args, mode)
+	}
+	rows, err := s.pool.Query(ctx, `WITH c AS (
+			SELECT id FROM rollouts WHERE `+where+` ORDER BY seq LIMIT 1 `+lock+`
+		), u AS (
+			UPDATE rollouts SET status = 'running', num_attempts = num_attempts + 1, updated_at = $1
+			FROM c WHERE rollouts.id = c.id RETURNING `+qualifiedRolloutCols+`
+		), a AS (
+			INSERT INTO attempts (rollout_id, id, number, worker_id, status, key_hash, started_at, last_heartbeat)
+			SELECT u.id, $2, u.num_attempts, $3, 'running', $4, $1, $1 FROM u
+			RETURNING `+attemptCols+`
+		)
+		SELECT `+claimRolloutCols+`, `+claimAttemptCols+` FROM u, a`, args...)
+	if err != nil {
+		return store.Claim{}, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return store.Claim{}, err
+		}
+		return store.Claim{}, pgx.ErrNoRows
+	}
+	var c store.Claim
+	if err := scanClaim(rows, &c); err != nil {
+		return store.Claim{}, err
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return store.Claim{}, err
+	}
+	c.Key = key
 	return c, nil
+}
+
+// scanClaim scans a row of rollout columns followed by attempt columns.
+func scanClaim(rows pgx.Rows, c *store.Claim) error {
+	vals := rows.RawValues()
+	nr := len(splitCols(rolloutCols))
+	if len(vals) != nr+len(splitCols(attemptCols)) {
+		return fmt.Errorf("claim: %d columns", len(vals))
+	}
+	var err error
+	c.Rollout, err = scanRollout(rowsPart{rows, 0, nr})
+	if err != nil {
+		return err
+	}
+	c.Attempt, err = scanAttempt(rowsPart{rows, nr, len(vals)})
+	return err
+}
+
+// rowsPart scans a column range of the current row.
+type rowsPart struct {
+	rows     pgx.Rows
+	from, to int
+}
+
+func (p rowsPart) Scan(dest ...any) error {
+	all := make([]any, len(p.rows.RawValues()))
+	for i := range all {
+		all[i] = new(any)
+		if i >= p.from && i < p.to {
+			all[i] = dest[i-p.from]
+		}
+	}
+	return p.rows.Scan(all...)
+}
+
+func prefixCols(prefix, cols string) string {
+	parts := splitCols(cols)
+	for i, c := range parts {
+		parts[i] = prefix + c
+	}
+	return strings.Join(parts, ", ")
 }
 
 // qualifiedRolloutCols is rolloutCols prefixed by the table name, for
@@ -136,21 +236,22 @@ func splitCols(cols string) []string {
 
 // Heartbeat records that a running attempt is alive.
 func (s *Store) Heartbeat(ctx context.Context, rolloutID, attemptID string) (store.Attempt, error) {
-	var a store.Attempt
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		var err error
-		a, err = scanAttempt(tx.QueryRow(ctx, `UPDATE attempts SET last_heartbeat = $3
-			WHERE rollout_id = $1 AND id = $2 AND status = 'running' RETURNING `+attemptCols,
-			rolloutID, attemptID, now()))
-		if errors.Is(err, pgx.ErrNoRows) {
-			cur, err := getAttempt(ctx, tx, rolloutID, attemptID, "")
-			if err != nil {
-				return err
-			}
-			return store.Errorf(store.ErrConflict, "attempt %s is %s, not running", attemptID, cur.Status)
+	if err := s.check(); err != nil {
+		return store.Attempt{}, err
+	}
+	a, err := scanAttempt(s.pool.QueryRow(ctx, `UPDATE attempts SET last_heartbeat = $3
+		WHERE rollout_id = $1 AND id = $2 AND status = 'running' RETURNING `+attemptCols,
+		rolloutID, attemptID, now()))
+	if errors.Is(err, pgx.ErrNoRows) {
+		var st string
+		err = s.pool.QueryRow(ctx, "SELECT status FROM attempts WHERE rollout_id = $1 AND id = $2", rolloutID, attemptID).Scan(&st)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			err = store.Errorf(store.ErrNotFound, "attempt %s of rollout %s", attemptID, rolloutID)
+		case err == nil:
+			err = store.Errorf(store.ErrConflict, "attempt %s is %s, not running", attemptID, st)
 		}
-		return err
-	})
+	}
 	if err != nil {
 		return store.Attempt{}, dbErr("heartbeat", err)
 	}
@@ -181,20 +282,43 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 	}
 	var out store.Rollout
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		r, _, err := lockRunning(ctx, tx, rolloutID, attemptID)
-		if err != nil {
-			return err
-		}
 		t := now()
-		if _, err := tx.Exec(ctx, `UPDATE attempts SET status = $3, ended_at = $4, error = $5
-			WHERE rollout_id = $1 AND id = $2`, rolloutID, attemptID, string(status), t, errMsg); err != nil {
+		// One round trip: lock the rollout and read the attempt's state,
+		// end the attempt if (and only if) it is running, read its rewards.
+		b := &pgx.Batch{}
+		b.Queue(lockSQL, rolloutID, attemptID)
+		b.Queue(`UPDATE attempts SET status = $3, ended_at = $4, error = $5
+			WHERE rollout_id = $1 AND id = $2 AND status = 'running'`, rolloutID, attemptID, string(status), t, errMsg)
+		b.Queue(`SELECT data FROM events WHERE rollout_id = $1 AND attempt_id = $2
+			AND type = 'reward' ORDER BY seq DESC`, rolloutID, attemptID)
+		br := tx.SendBatch(ctx, b)
+		r, lockErr := scanLock(br.QueryRow(), rolloutID, attemptID)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
 			return err
 		}
-		if err := setReward(ctx, tx, rolloutID, attemptID); err != nil {
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
 			return err
+		}
+		datas, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (json.RawMessage, error) {
+			var d []byte
+			err := row.Scan(&d)
+			return json.RawMessage(d), err
+		})
+		if err := errors.Join(err, br.Close()); err != nil {
+			return err
+		}
+		if lockErr != nil {
+			return lockErr
+		}
+		rw := &rewardSet{}
+		if v, d, ok := api.RewardSummary(datas); ok {
+			rw.value, rw.data = &v, []byte(d)
 		}
 		next, msg := store.AttemptOutcome(r, status, errMsg)
-		out, err = setStatus(ctx, tx, rolloutID, next, msg, t)
+		out, err = setStatus(ctx, tx, rolloutID, next, msg, t, rw)
 		return err
 	})
 	if err != nil {
@@ -203,31 +327,39 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 	return out, nil
 }
 
-// setReward stores the reward summary of the attempt's last final reward
-// event (api.RewardSummary) on its rollout, or clears it when there is none.
-func setReward(ctx context.Context, tx pgx.Tx, rolloutID, attemptID string) error {
-	rows, err := tx.Query(ctx, `SELECT data FROM events WHERE rollout_id = $1 AND attempt_id = $2
-		AND type = 'reward' ORDER BY seq DESC`, rolloutID, attemptID)
-	if err != nil {
-		return err
-	}
-	datas, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (json.RawMessage, error) {
-		var d []byte
-		err := row.Scan(&d)
-		return json.RawMessage(d), err
-	})
-	if err != nil {
-		return fmt.Errorf("read rewards: %w", err)
-	}
+// lockSQL locks a rollout's row and reads what deciding an attempt's fate
+// needs; the attempt's status is NULL when it does not exist.
+const lockSQL = `SELECT r.num_attempts, r.max_attempts, a.status FROM rollouts r
+	LEFT JOIN attempts a ON a.rollout_id = r.id AND a.id = $2
+	WHERE r.id = $1 FOR UPDATE OF r`
+
+// scanLock reads lockSQL's row: ErrNotFound for a missing rollout or
+// attempt, ErrConflict when the attempt is not running.
+func scanLock(row pgx.Row, rolloutID, attemptID string) (store.Rollout, error) {
 	var (
-		reward *float64
-		data   []byte
+		num, max int32
+		st       *string
 	)
-	if v, d, ok := api.RewardSummary(datas); ok {
-		reward, data = &v, []byte(d)
+	err := row.Scan(&num, &max, &st)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Rollout{}, store.Errorf(store.ErrNotFound, "rollout %s", rolloutID)
+	case err != nil:
+		return store.Rollout{}, err
+	case st == nil:
+		return store.Rollout{}, store.Errorf(store.ErrNotFound, "attempt %s of rollout %s", attemptID, rolloutID)
+	case *st != string(store.AttemptRunning):
+		return store.Rollout{}, store.Errorf(store.ErrConflict, "attempt %s is %s, not running", attemptID, *st)
 	}
-	_, err = tx.Exec(ctx, "UPDATE rollouts SET reward = $2, reward_data = $3 WHERE id = $1", rolloutID, reward, data)
-	return err
+	r := store.Rollout{ID: rolloutID, NumAttempts: int(num)}
+	r.Config.MaxAttempts = int(max)
+	return r, nil
+}
+
+// rewardSet is a rollout's reward summary to store (value nil clears it).
+type rewardSet struct {
+	value *float64
+	data  []byte
 }
 
 // AttemptByKey returns the attempt if key is its scoped key.
@@ -334,7 +466,7 @@ func reapOne(ctx context.Context, tx pgx.Tx, rolloutID, attemptID string, at tim
 		return err
 	}
 	next, rmsg := store.AttemptOutcome(r, st, msg)
-	if _, err := setStatus(ctx, tx, rolloutID, next, rmsg, at); err != nil {
+	if _, err := setStatus(ctx, tx, rolloutID, next, rmsg, at, nil); err != nil {
 		return err
 	}
 	res.Count(st, next)

@@ -37,18 +37,16 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 		types[i], times[i], datas[i] = e.Type, et, []byte(e.Data)
 		out[i] = store.Event{RolloutID: rolloutID, AttemptID: attemptID, Type: e.Type, Time: et, Data: e.Data}
 	}
-	err = s.tx(ctx, func(tx pgx.Tx) error {
-		// The rollout's row lock orders appends of one rollout by commit,
-		// and refuses appends once the attempt has ended.
-		if _, _, err := lockRunning(ctx, tx, rolloutID, attemptID); err != nil {
-			return err
-		}
-		if len(evs) == 0 {
-			return nil
-		}
-		// Numbers are drawn first and handed out in ascending order to the
-		// events in input order, whatever order the rows are produced in.
-		rows, err := tx.Query(ctx, `WITH s AS (
+	// One round trip, one implicit transaction: lock the rollout's row
+	// (which orders appends of one rollout by commit, and excludes the
+	// attempt ending meanwhile) and check the attempt is running, then
+	// insert, guarded by the same check. Sequence numbers are drawn first
+	// and handed out in ascending order to the events in input order,
+	// whatever order the rows are produced in.
+	b := &pgx.Batch{}
+	b.Queue(lockSQL, rolloutID, attemptID)
+	if len(evs) > 0 {
+		b.Queue(`WITH s AS (
 				SELECT nextval(pg_get_serial_sequence('events', 'seq')) AS seq
 				FROM generate_series(1, $3::int)
 			), n AS (
@@ -58,25 +56,38 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 			SELECT n.seq, $1, $2, u.type, u.time, u.data
 			FROM unnest($4::text[], $5::timestamptz[], $6::bytea[]) WITH ORDINALITY AS u(type, time, data, ord)
 			JOIN n ON n.ord = u.ord
+			WHERE EXISTS (SELECT 1 FROM attempts WHERE rollout_id = $1 AND id = $2 AND status = 'running')
 			RETURNING seq`, rolloutID, attemptID, len(evs), types, times, datas)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	br := s.pool.SendBatch(ctx, b)
+	_, lockErr := scanLock(br.QueryRow(), rolloutID, attemptID)
+	var seqs []int64
+	if len(evs) > 0 {
+		rows, err := br.Query()
+		if err == nil {
+			seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
 		if err != nil {
-			return err
+			br.Close()
+			return nil, dbErr("append events", err)
 		}
-		seqs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		if len(seqs) != len(evs) {
-			return fmt.Errorf("inserted %d events, expected %d", len(seqs), len(evs))
-		}
-		slices.Sort(seqs)
-		for i := range out {
-			out[i].Seq = seqs[i]
-		}
-		return nil
-	})
-	if err != nil {
+	}
+	// Close waits for the commit.
+	if err := br.Close(); err != nil {
 		return nil, dbErr("append events", err)
+	}
+	if lockErr != nil {
+		return nil, dbErr("append events", lockErr)
+	}
+	if len(seqs) != len(evs) {
+		return nil, fmt.Errorf("postgres: append events: inserted %d events, expected %d", len(seqs), len(evs))
+	}
+	slices.Sort(seqs)
+	for i := range out {
+		out[i].Seq = seqs[i]
 	}
 	return out, nil
 }

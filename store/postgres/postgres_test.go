@@ -783,3 +783,40 @@ func TestOpenBadURL(t *testing.T) {
 		t.Fatal("Open on garbage succeeded")
 	}
 }
+
+// Workers that each create a rollout and then claim one never hear "none
+// queued": at every moment there are at least as many queued rollouts as
+// workers claiming, even though under MVCC a claim's snapshot may not see
+// the newest ones while others hold the older ones' locks.
+func TestClaimWhileCreating(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t)
+	const workers, each = 8, 40
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if _, err := s.CreateRollouts(bg, []store.NewRollout{{ID: fmt.Sprintf("w%d-%d", w, i)}}); err != nil {
+					t.Error(err)
+					return
+				}
+				c, err := s.Claim(bg, store.ClaimRequest{WorkerID: fmt.Sprint(w)})
+				if err != nil {
+					t.Errorf("worker %d claim %d: %v", w, i, err)
+					return
+				}
+				if _, err := s.CompleteAttempt(bg, c.Rollout.ID, c.Attempt.ID, store.AttemptSucceeded, ""); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	counts, err := s.CountRollouts(bg)
+	if err != nil || counts[store.RolloutSucceeded] != workers*each {
+		t.Fatalf("counts %v, %v", counts, err)
+	}
+}

@@ -293,7 +293,7 @@ func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rol
 			WHERE rollout_id = $1 AND status = 'running'`, id, t, msg); err != nil {
 			return err
 		}
-		r, err = setStatus(ctx, tx, id, store.RolloutCancelled, msg, t)
+		r, err = setStatus(ctx, tx, id, store.RolloutCancelled, msg, t, nil)
 		return err
 	})
 	if err != nil {
@@ -302,18 +302,23 @@ func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rol
 	return r, nil
 }
 
-// setStatus moves a locked rollout to st with error text errMsg. A
-// terminal st takes the next terminal sequence number under the counter
-// row's lock, held until commit, so numbers are handed out in commit order.
-func setStatus(ctx context.Context, tx pgx.Tx, id string, st store.RolloutStatus, errMsg string, t time.Time) (store.Rollout, error) {
-	var seq int64
-	if st.Terminal() {
-		if err := tx.QueryRow(ctx, "UPDATE counters SET v = v + 1 WHERE name = 'terminal' RETURNING v").Scan(&seq); err != nil {
-			return store.Rollout{}, fmt.Errorf("terminal counter: %w", err)
-		}
+// setStatus moves a locked rollout to st with error text errMsg, and sets
+// its reward summary when rw is not nil. A terminal st takes the next
+// terminal sequence number from the counter row, whose lock is held until
+// commit, so the numbers are handed out in commit order.
+func setStatus(ctx context.Context, tx pgx.Tx, id string, st store.RolloutStatus, errMsg string, t time.Time, rw *rewardSet) (store.Rollout, error) {
+	reward := ""
+	args := []any{id, string(st), errMsg, t, st.Terminal()}
+	if rw != nil {
+		reward = ", reward = $6, reward_data = $7"
+		args = append(args, rw.value, rw.data)
 	}
-	return scanRollout(tx.QueryRow(ctx, `UPDATE rollouts SET status = $2, error = $3, updated_at = $4, terminal_seq = $5
-		WHERE id = $1 RETURNING `+rolloutCols, id, string(st), errMsg, t, seq))
+	return scanRollout(tx.QueryRow(ctx, `WITH c AS (
+			UPDATE counters SET v = v + 1 WHERE name = 'terminal' AND $5::bool RETURNING v
+		)
+		UPDATE rollouts SET status = $2, error = $3, updated_at = $4,
+			terminal_seq = coalesce((SELECT v FROM c), 0)`+reward+`
+		WHERE id = $1 RETURNING `+rolloutCols, args...))
 }
 
 // Terminal returns rollouts that became terminal after the cursor, in order.
