@@ -3,8 +3,12 @@ package model
 import (
 	"context"
 	"math"
+	"os"
 	"testing"
 )
+
+// Tests run on DefaultBackend unless AGL_TEST_BACKEND names another GoMLX
+// backend configuration (e.g. "go" for the parallel executor).
 
 // tinyConfig is a ≈100k-parameter model used across tests.
 func tinyConfig(modelType string) Config {
@@ -35,7 +39,7 @@ func newTiny(t testing.TB, modelType string, seed uint64) (*Model, *Weights, *De
 			}
 		}
 	}
-	m, err := New(cfg, "")
+	m, err := New(cfg, os.Getenv("AGL_TEST_BACKEND"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,7 @@ type Model struct {
 	backend compute.Backend
 
 	logProbsExec *Exec
+	genExecs     genExecs
 }
 
 // DeviceWeights are weights converted to backend tensors, in Config.Params

@@ -1,0 +1,227 @@
+package model
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph DSL
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// KV cache layout: per layer one key and one value tensor shaped
+// [batch slots, cache length S, kv heads, head dim]. S grows by doubling.
+
+// genExecs are the compiled generation graphs of a Model.
+type genExecs struct {
+	once                         sync.Once
+	err                          error
+	prefill, decode, grow, clear *Exec
+}
+
+func (m *Model) gen() (*genExecs, error) {
+	ge := &m.genExecs
+	ge.once.Do(func() { ge.err = m.compileGen() })
+	return ge, ge.err
+}
+
+func (m *Model) compileGen() error {
+	cfg := m.cfg
+	n, nl := len(cfg.Params()), cfg.NumHiddenLayers
+	ge := &m.genExecs
+	var err error
+	// prefill(params, kc[nl], vc[nl], tokens [1, L], row, nValid) ->
+	// logits [1, V] of token nValid-1, kc', vc'. Writes the row's cache at
+	// positions 0..L-1 (positions ≥ nValid hold padding, never attended).
+	ge.prefill, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
+		params, kc, vc := ins[:n], ins[n:n+nl], ins[n+nl:n+2*nl]
+		tokens, row, nValid := ins[n+2*nl], ins[n+2*nl+1], ins[n+2*nl+2]
+		l := tokens.Shape().Dim(1)
+		newK, newV := make([]*Node, nl), make([]*Node, nl)
+		positions := Iota(g, shapes.Make(dtypes.Int32, 1, l), 1)
+		b, sLen := kc[0].Shape().Dim(0), kc[0].Shape().Dim(1)
+		kvh, hd := cfg.NumKeyValueHeads, cfg.HeadDim
+		full := []int{b, sLen, kvh, hd}
+		rowIs := Equal(Iota(g, shapes.Make(dtypes.Int32, full...), 0), BroadcastToDims(row, full...))
+		inPrompt := LessThan(Iota(g, shapes.Make(dtypes.Int32, full...), 1), BroadcastToDims(Const(g, int32(l)), full...))
+		write := LogicalAnd(rowIs, inPrompt)
+		place := func(cache, x *Node) *Node { // x [1, L, KV, hd] at positions 0..L-1
+			if sLen > l {
+				x = Concatenate([]*Node{x, Zeros(g, shapes.Make(dtypes.Float32, 1, sLen-l, kvh, hd))}, 1)
+			}
+			return Where(write, BroadcastToDims(x, full...), cache)
+		}
+		h := newNet(cfg, params).decoder(tokens, positions, func(i int, k, v *Node) (*Node, *Node, *Node) {
+			newK[i] = place(kc[i], k)
+			newV[i] = place(vc[i], v)
+			return causalKV(k, v)
+		})
+		sel := OneHot(Reshape(Sub(nValid, OnesLike(nValid)), 1), l, dtypes.Float32) // [1, L]
+		last := Einsum("bl,bld->bd", sel, h)
+		logits := newNet(cfg, params).logits(last)
+		return append(append([]*Node{logits}, newK...), newV...)
+	})
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	// decode(params, kc, vc, tokens [B, 1], pos [B]) -> logits [B, V], kc', vc'.
+	ge.decode, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
+		params, kc, vc := ins[:n], ins[n:n+nl], ins[n+nl:n+2*nl]
+		tokens, pos := ins[n+2*nl], ins[n+2*nl+1]
+		b := tokens.Shape().Dim(0)
+		s := kc[0].Shape().Dim(1)
+		kvh, hd := cfg.NumKeyValueHeads, cfg.HeadDim
+		at := OneHot(pos, s, dtypes.Float32) // [B, S]
+		at4 := BroadcastToDims(Reshape(at, b, s, 1, 1), b, s, kvh, hd)
+		keep := OneMinus(at4)
+		cols := Iota(g, shapes.Make(dtypes.Int32, b, 1, s), 2)
+		mask := LessOrEqual(cols, BroadcastToDims(Reshape(pos, b, 1, 1), b, 1, s))
+		newK, newV := make([]*Node, nl), make([]*Node, nl)
+		h := newNet(cfg, params).decoder(tokens, Reshape(pos, b, 1), func(i int, k, v *Node) (*Node, *Node, *Node) {
+			newK[i] = Add(Mul(kc[i], keep), Mul(at4, BroadcastToDims(k, b, s, kvh, hd)))
+			newV[i] = Add(Mul(vc[i], keep), Mul(at4, BroadcastToDims(v, b, s, kvh, hd)))
+			return newK[i], newV[i], mask
+		})
+		logits := Reshape(newNet(cfg, params).logits(h), b, cfg.VocabSize)
+		return append(append([]*Node{logits}, newK...), newV...)
+	})
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	// grow(cache...) doubles each cache's length with zeros.
+	ge.grow, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
+		out := make([]*Node, len(ins))
+		for i, c := range ins {
+			out[i] = Concatenate([]*Node{c, ZerosLike(c)}, 1)
+		}
+		return out
+	})
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	for _, e := range []*Exec{ge.prefill, ge.decode, ge.grow} {
+		e.SetMaxCache(512)
+	}
+	return nil
+}
+
+// kvCache is one batch's cache on the backend.
+type kvCache struct {
+	k, v  []*tensors.Tensor
+	slots int
+	len   int
+}
+
+func (m *Model) newCache(slots, length int) *kvCache {
+	c := &kvCache{slots: slots, len: length}
+	for range m.cfg.NumHiddenLayers {
+		sh := shapes.Make(dtypes.Float32, slots, length, m.cfg.NumKeyValueHeads, m.cfg.HeadDim)
+		c.k = append(c.k, tensors.FromShape(sh))
+		c.v = append(c.v, tensors.FromShape(sh))
+	}
+	return c
+}
+
+func (c *kvCache) args() []any {
+	a := make([]any, 0, 2*len(c.k))
+	for _, t := range c.k {
+		a = append(a, t)
+	}
+	for _, t := range c.v {
+		a = append(a, t)
+	}
+	return a
+}
+
+// replace installs new cache tensors (the outputs after the logits) and
+// frees the old ones.
+func (c *kvCache) replace(outs []*tensors.Tensor) {
+	nl := len(c.k)
+	for i := range nl {
+		c.k[i].FinalizeAll()
+		c.v[i].FinalizeAll()
+		c.k[i], c.v[i] = outs[i], outs[nl+i]
+	}
+	c.len = outs[0].Shape().Dim(1)
+}
+
+func (c *kvCache) free() {
+	for i := range c.k {
+		c.k[i].FinalizeAll()
+		c.v[i].FinalizeAll()
+	}
+}
+
+// growTo doubles the cache until it holds length positions.
+func (m *Model) growTo(c *kvCache, length int) error {
+	ge, err := m.gen()
+	if err != nil {
+		return err
+	}
+	for c.len < length {
+		outs, err := ge.grow.Call(c.args()...)
+		if err != nil {
+			return fmt.Errorf("model: grow cache: %w", err)
+		}
+		c.replace(outs)
+	}
+	return nil
+}
+
+// prefill runs a prompt into slot row of c and returns the logits of the
+// prompt's last token.
+func (m *Model) prefill(w *DeviceWeights, c *kvCache, row int, prompt []int32) ([]float32, error) {
+	ge, err := m.gen()
+	if err != nil {
+		return nil, err
+	}
+	l := bucket(len(prompt))
+	if err := m.growTo(c, l); err != nil {
+		return nil, err
+	}
+	args := append(w.args(), c.args()...)
+	args = append(args, tensors.FromFlatDataAndDimensions(padIDs([][]int32{prompt}, 1, l), 1, l),
+		tensors.FromScalar(int32(row)), tensors.FromScalar(int32(len(prompt))))
+	outs, err := ge.prefill.Call(args...)
+	if err != nil {
+		return nil, fmt.Errorf("model: prefill: %w", err)
+	}
+	logits, err := tensors.CopyFlatData[float32](outs[0])
+	outs[0].FinalizeAll()
+	if err != nil {
+		return nil, err
+	}
+	c.replace(outs[1:])
+	return logits, nil
+}
+
+// decode feeds one token per slot at the given positions and returns the
+// logits [slots][V].
+func (m *Model) decode(w *DeviceWeights, c *kvCache, tokens, pos []int32) ([]float32, error) {
+	ge, err := m.gen()
+	if err != nil {
+		return nil, err
+	}
+	maxPos := 0
+	for _, p := range pos {
+		maxPos = max(maxPos, int(p))
+	}
+	if err := m.growTo(c, maxPos+1); err != nil {
+		return nil, err
+	}
+	args := append(w.args(), c.args()...)
+	args = append(args, tensors.FromFlatDataAndDimensions(append([]int32(nil), tokens...), len(tokens), 1),
+		tensors.FromFlatDataAndDimensions(append([]int32(nil), pos...), len(pos)))
+	outs, err := ge.decode.Call(args...)
+	if err != nil {
+		return nil, fmt.Errorf("model: decode: %w", err)
+	}
+	logits, err := tensors.CopyFlatData[float32](outs[0])
+	outs[0].FinalizeAll()
+	if err != nil {
+		return nil, err
+	}
+	c.replace(outs[1:])
+	return logits, nil
+}
