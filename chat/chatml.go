@@ -88,6 +88,14 @@ func NewChatML(tok tokenizer.Tokenizer, opts ChatMLOptions) (*ChatML, error) {
 	return t, nil
 }
 
+// WithToolCallID returns a copy of t whose Parse names tool calls with f
+// (see ChatMLOptions.ToolCallID); nil restores the default.
+func (t *ChatML) WithToolCallID(f func(reply []int32, i int) string) *ChatML {
+	c := *t
+	c.opts.ToolCallID = f
+	return &c
+}
+
 // Tokenizer returns the template's tokenizer.
 func (t *ChatML) Tokenizer() tokenizer.Tokenizer { return t.tok }
 

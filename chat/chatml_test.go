@@ -333,6 +333,14 @@ func TestToolCallIDOption(t *testing.T) {
 	if len(m.ToolCalls) != 2 || m.ToolCalls[0].ID != "idb" || m.ToolCalls[1].ID != "idc" {
 		t.Fatalf("ids from option: %+v", m.ToolCalls)
 	}
+	w := tmpl.WithToolCallID(func(_ []int32, i int) string { return "w" + string(rune('0'+i)) })
+	m, _ = w.Parse(w.tok.Encode("<tool_call>{\"name\": \"f\"}</tool_call>"))
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].ID != "w0" {
+		t.Fatalf("WithToolCallID: %+v", m.ToolCalls)
+	}
+	if m, _ = tmpl.WithToolCallID(nil).Parse(w.tok.Encode("<tool_call>{\"name\": \"f\"}</tool_call>")); !strings.HasPrefix(m.ToolCalls[0].ID, "call_") {
+		t.Fatalf("default id: %+v", m.ToolCalls)
+	}
 }
 
 func TestRenderErrors(t *testing.T) {
