@@ -245,6 +245,21 @@ func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return err
 }
 
+// retry runs fn (one implicit transaction) again on serialization
+// failures and deadlocks.
+func (s *Store) retry(fn func() error) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	var err error
+	for try := 0; try < 5; try++ {
+		if err = fn(); !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -97,28 +97,31 @@ func (s *Store) CreateRollouts(ctx context.Context, rs []store.NewRollout) ([]st
 		return []store.Rollout{}, nil
 	}
 	out := make([]store.Rollout, len(norms))
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		t := now()
-		b := &pgx.Batch{}
-		for _, nr := range norms {
-			var meta []byte
-			if len(nr.Metadata) > 0 {
-				meta = []byte(nr.Metadata)
-			}
-			b.Queue(`INSERT INTO rollouts (id, group_id, task, mode, metadata, timeout_seconds,
-				max_attempts, unresponsive_seconds, status, created_at, updated_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queuing', $9, $9)
-				ON CONFLICT (id) DO NOTHING
-				RETURNING `+rolloutCols,
-				nr.ID, nr.GroupID, []byte(nr.Task), string(nr.Mode), meta, nr.Config.TimeoutSeconds,
-				int32(nr.Config.MaxAttempts), nr.Config.UnresponsiveSeconds, t)
+	// The inserts go in one batch: one round trip, one implicit
+	// transaction, so the batch is atomic.
+	b := &pgx.Batch{}
+	t := now()
+	for _, nr := range norms {
+		var meta []byte
+		if len(nr.Metadata) > 0 {
+			meta = []byte(nr.Metadata)
 		}
-		br := tx.SendBatch(ctx, b)
-		missing := []int{}
+		b.Queue(`INSERT INTO rollouts (id, group_id, task, mode, metadata, timeout_seconds,
+			max_attempts, unresponsive_seconds, status, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queuing', $9, $9)
+			ON CONFLICT (id) DO NOTHING
+			RETURNING `+rolloutCols,
+			nr.ID, nr.GroupID, []byte(nr.Task), string(nr.Mode), meta, nr.Config.TimeoutSeconds,
+			int32(nr.Config.MaxAttempts), nr.Config.UnresponsiveSeconds, t)
+	}
+	var missing []string // ids that already existed, or repeat within the batch
+	err := s.retry(func() error {
+		missing = missing[:0]
+		br := s.pool.SendBatch(ctx, b)
 		for i := range norms {
 			r, err := scanRollout(br.QueryRow())
 			if errors.Is(err, pgx.ErrNoRows) {
-				missing = append(missing, i)
+				missing = append(missing, norms[i].ID)
 				continue
 			}
 			if err != nil {
@@ -127,19 +130,29 @@ func (s *Store) CreateRollouts(ctx context.Context, rs []store.NewRollout) ([]st
 			}
 			out[i] = r
 		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-		// Ids that already existed (or repeat within this batch).
-		for _, i := range missing {
-			r, err := scanRollout(tx.QueryRow(ctx, "SELECT "+rolloutCols+" FROM rollouts WHERE id = $1", norms[i].ID))
-			if err != nil {
-				return err
-			}
-			out[i] = r
-		}
-		return nil
+		return br.Close()
 	})
+	if err == nil && len(missing) > 0 {
+		var rows pgx.Rows
+		rows, err = s.pool.Query(ctx, "SELECT "+rolloutCols+" FROM rollouts WHERE id = ANY($1)", missing)
+		var found []store.Rollout
+		if err == nil {
+			found, err = collectRollouts(rows)
+		}
+		byID := map[string]store.Rollout{}
+		for _, r := range found {
+			byID[r.ID] = r
+		}
+		for i, nr := range norms {
+			if out[i].ID == "" {
+				r, ok := byID[nr.ID]
+				if !ok && err == nil {
+					err = fmt.Errorf("rollout %s neither inserted nor found", nr.ID)
+				}
+				out[i] = r
+			}
+		}
+	}
 	if err != nil {
 		return nil, dbErr("create rollouts", err)
 	}
