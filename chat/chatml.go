@@ -130,7 +130,7 @@ func (t *ChatML) RenderMasked(c Conversation) (ids []int32, mask []bool, err err
 }
 
 func (t *ChatML) render(r *renderer, c Conversation, gen bool) error {
-	if err := t.validate(c, 0); err != nil {
+	if err := validateCommon(c); err != nil {
 		return err
 	}
 	from := 0
@@ -169,7 +169,7 @@ func (t *ChatML) RenderSuffix(c Conversation, from int) ([]int32, error) {
 	if role := c.Messages[from-1].Role; role != RoleAssistant {
 		return nil, fmt.Errorf("chat: RenderSuffix: message %d is %q, want the assistant reply", from-1, role)
 	}
-	if err := t.validate(c, 0); err != nil {
+	if err := validateCommon(c); err != nil {
 		return nil, err
 	}
 	r := t.newRenderer(false)
@@ -238,9 +238,10 @@ func (t *ChatML) replyText(m Message) string {
 	return sb.String()
 }
 
-// validate checks c.Messages[from:] and c.Tools for shapes the template
-// cannot render.
-func (t *ChatML) validate(c Conversation, from int) error {
+// validateCommon checks c for shapes no template can render: unknown
+// roles, tool results that answer no tool call, tool calls with invalid
+// names or arguments, invalid tool definitions.
+func validateCommon(c Conversation) error {
 	for i, tool := range c.Tools {
 		if !validName(tool.Name) {
 			return fmt.Errorf("chat: tool %d: invalid name %q", i, tool.Name)
@@ -250,7 +251,7 @@ func (t *ChatML) validate(c Conversation, from int) error {
 		}
 	}
 	ms := c.Messages
-	for i := from; i < len(ms); i++ {
+	for i := 0; i < len(ms); i++ {
 		m := ms[i]
 		switch m.Role {
 		case RoleSystem, RoleUser:
@@ -518,6 +519,11 @@ func (t *ChatML) toolCallID(reply []int32, i int) string {
 	if t.opts.ToolCallID != nil {
 		return t.opts.ToolCallID(reply, i)
 	}
+	return defaultToolCallID(reply, i)
+}
+
+// defaultToolCallID is "call_" + the FNV-1a hash of the reply ids + "_" + i.
+func defaultToolCallID(reply []int32, i int) string {
 	h := fnv.New64a()
 	var b [4]byte
 	for _, id := range reply {

@@ -485,19 +485,42 @@ func TestLoadDir(t *testing.T) {
 	if err != nil || !slices.Equal(a, b) {
 		t.Fatalf("loaded template renders differently (err %v)", err)
 	}
-	if _, ok := loaded.Tokenizer().(*tokenizer.Byte); !ok || !loaded.opts.CompactTools {
-		t.Errorf("loaded %T compact=%v", loaded.Tokenizer(), loaded.opts.CompactTools)
+	lc, ok := loaded.(*ChatML)
+	if !ok {
+		t.Fatalf("loaded %T, want *ChatML", loaded)
 	}
-	// A Hugging Face directory without agl_chat.json: inferred.
+	if _, ok := lc.Tokenizer().(*tokenizer.Byte); !ok || !lc.opts.CompactTools {
+		t.Errorf("loaded %T compact=%v", lc.Tokenizer(), lc.opts.CompactTools)
+	}
+	// Hugging Face directories without agl_chat.json: inferred.
 	q, err := LoadDir(filepath.Join(fixtureDir, "qwen3"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.opts.CompactTools {
-		t.Error("qwen3 dir got the compact template")
+	if qc, ok := q.(*ChatML); !ok || qc.opts.CompactTools {
+		t.Errorf("qwen3 dir got %T %+v", q, q)
 	}
-	if _, err := LoadDir(filepath.Join(fixtureDir, "llama3")); err == nil || !strings.Contains(err.Error(), ConfigFileName) {
-		t.Errorf("llama3 dir: %v", err)
+	l, err := LoadDir(filepath.Join(fixtureDir, "llama3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.(*Llama3); !ok {
+		t.Errorf("llama3 dir got %T", l)
+	}
+	// A tokenizer with neither ChatML nor Llama 3 tokens.
+	other := t.TempDir()
+	bt, _ := tokenizer.NewByte("<s>", "</s>")
+	if err := bt.Save(filepath.Join(other, tokenizer.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(other); err == nil || !strings.Contains(err.Error(), ConfigFileName) {
+		t.Errorf("dir without template tokens: %v", err)
+	}
+	if err := SaveConfig(other, Config{Template: TemplateLlama3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(other); err == nil {
+		t.Error("llama3 template over a tokenizer without its tokens accepted")
 	}
 	if err := SaveConfig(dir, Config{Template: "jinja"}); err != nil {
 		t.Fatal(err)

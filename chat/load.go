@@ -24,26 +24,50 @@ const (
 	// TemplateChatMLCompact is TemplateChatML with tool definitions
 	// rendered one line per tool, for small models.
 	TemplateChatMLCompact = "chatml-compact"
+	// TemplateLlama3 is Llama 3 / 3.1 (JSON tool calls, ipython results).
+	TemplateLlama3 = "llama3"
+)
+
+// Format is a chat template together with its tokenizer: what a model
+// directory loads to. [*ChatML] and [*Llama3] implement it.
+type Format interface {
+	Template
+	// Tokenizer is the tokenizer the template renders with.
+	Tokenizer() tokenizer.Tokenizer
+	// RenderMasked renders c like Render(c, false) and marks the tokens
+	// the model produces (each assistant reply and its end-of-turn id),
+	// for the loss of supervised training.
+	RenderMasked(c Conversation) (ids []int32, mask []bool, err error)
+	// EndOfTurnID is the stop id that ends an assistant turn; the
+	// extension property holds for replies that end with it.
+	EndOfTurnID() int32
+}
+
+var (
+	_ Format = (*ChatML)(nil)
+	_ Format = (*Llama3)(nil)
 )
 
 // Config is the content of agl_chat.json.
 type Config struct {
-	// Template is TemplateChatML or TemplateChatMLCompact.
+	// Template is TemplateChatML, TemplateChatMLCompact or TemplateLlama3.
 	Template string `json:"template"`
 	// DisableThinking is Qwen3's enable_thinking=false (see
-	// ChatMLOptions.DisableThinking).
+	// ChatMLOptions.DisableThinking; ChatML only).
 	DisableThinking bool `json:"disable_thinking,omitempty"`
 }
 
 // New returns the template cfg names, over tok.
-func New(tok tokenizer.Tokenizer, cfg Config) (*ChatML, error) {
+func New(tok tokenizer.Tokenizer, cfg Config) (Format, error) {
 	switch cfg.Template {
+	case TemplateLlama3:
+		return NewLlama3(tok)
 	case TemplateChatML, "":
 		return NewChatML(tok, ChatMLOptions{DisableThinking: cfg.DisableThinking})
 	case TemplateChatMLCompact:
 		return NewChatML(tok, ChatMLOptions{CompactTools: true, DisableThinking: cfg.DisableThinking})
 	}
-	return nil, fmt.Errorf("chat: unknown template %q (want %q or %q)", cfg.Template, TemplateChatML, TemplateChatMLCompact)
+	return nil, fmt.Errorf("chat: unknown template %q (want %q, %q or %q)", cfg.Template, TemplateChatML, TemplateChatMLCompact, TemplateLlama3)
 }
 
 // NewSmall returns the default setup of a small model trained from
@@ -54,7 +78,7 @@ func NewSmall() (*ChatML, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(tok, Config{Template: TemplateChatMLCompact})
+	return NewChatML(tok, ChatMLOptions{CompactTools: true})
 }
 
 // LoadConfig reads dir/agl_chat.json. It reports ok=false (and no error)
@@ -103,11 +127,12 @@ func SaveDir(dir string, tok tokenizer.Tokenizer, cfg Config) error {
 }
 
 // LoadDir loads a model directory's tokenizer (dir/tokenizer.json) and
-// chat template (dir/agl_chat.json). Without agl_chat.json, a tokenizer
-// with <|im_start|> and <|im_end|> (Qwen2/2.5/3, agl's byte tokenizer)
-// gets TemplateChatML; any other is an error naming the file to write.
-// The tokenizer is ChatML.Tokenizer().
-func LoadDir(dir string) (*ChatML, error) {
+// chat template (dir/agl_chat.json). Without agl_chat.json the template is
+// inferred: a tokenizer with <|im_start|> and <|im_end|> (Qwen2/2.5/3,
+// agl's byte tokenizer) gets TemplateChatML, one with <|start_header_id|>
+// and <|eot_id|> gets TemplateLlama3; any other is an error naming the file
+// to write. The tokenizer is Format.Tokenizer().
+func LoadDir(dir string) (Format, error) {
 	tok, err := tokenizer.LoadDir(dir)
 	if err != nil {
 		return nil, err
@@ -117,12 +142,15 @@ func LoadDir(dir string) (*ChatML, error) {
 		return nil, err
 	}
 	if !ok {
-		_, hasStart := tok.TokenID(TokIMStart)
-		_, hasEnd := tok.TokenID(TokIMEnd)
-		if !hasStart || !hasEnd {
-			return nil, fmt.Errorf("chat: %s: no %s and the tokenizer has no ChatML tokens; only ChatML templates are implemented", dir, ConfigFileName)
+		has := func(s string) bool { _, ok := tok.TokenID(s); return ok }
+		switch {
+		case has(TokIMStart) && has(TokIMEnd):
+			cfg = Config{Template: TemplateChatML}
+		case has(TokHeaderStart) && has(TokEOT):
+			cfg = Config{Template: TemplateLlama3}
+		default:
+			return nil, fmt.Errorf("chat: %s: no %s, and the tokenizer has neither ChatML nor Llama 3 header tokens to infer a template from", dir, ConfigFileName)
 		}
-		cfg = Config{Template: TemplateChatML}
 	}
 	t, err := New(tok, cfg)
 	if err != nil {
