@@ -49,19 +49,29 @@ const (
 
 // ReadConfig reads a config.json file.
 func ReadConfig(path string) (Config, error) {
-	var c Config
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("model config: %w", err)
+		return Config{}, fmt.Errorf("model config: %w", err)
 	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("model config %s: %w", path, err)
-	}
-	c.fillDefaults()
-	if err := c.Validate(); err != nil {
+	c, err := DecodeConfig(b, 0)
+	if err != nil {
 		return c, fmt.Errorf("model config %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// DecodeConfig parses config.json content, fills defaults (vocab_size 0
+// becomes defaultVocab) and validates it.
+func DecodeConfig(data []byte, defaultVocab int) (Config, error) {
+	var c Config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, err
+	}
+	if c.VocabSize == 0 {
+		c.VocabSize = defaultVocab
+	}
+	c.fillDefaults()
+	return c, c.Validate()
 }
 
 // WriteConfig writes c as config.json in dir.

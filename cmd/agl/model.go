@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/model"
+	"github.com/aglrl/agl/model/safetensors"
+	"github.com/aglrl/agl/tokenizer"
+)
+
+// runModel handles `agl model init` and `agl model info`.
+func runModel(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("model: want a subcommand: init --config FILE --out DIR | info DIR")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "init":
+		return runModelInit(args, stdout)
+	case "info":
+		fs := flag.NewFlagSet("model info", flag.ContinueOnError)
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return errors.New("model info: want one model directory")
+		}
+		return modelInfo(fs.Arg(0), stdout)
+	}
+	return fmt.Errorf("model: unknown subcommand %q (init, info)", sub)
+}
+
+func runModelInit(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("model init", flag.ContinueOnError)
+	configPath := fs.String("config", "", "Hugging Face style config.json giving the architecture and size (vocab_size 0: the tokenizer's)")
+	preset := fs.String("preset", "", "instead of --config, a named size: tiny, 1m, 10m, 30m (Qwen3-style)")
+	out := fs.String("out", "", "output model directory (required)")
+	tokPath := fs.String("tokenizer", "", "tokenizer.json to copy (default: agl's byte tokenizer with chat special tokens)")
+	seed := fs.Uint64("seed", 1, "random seed of the initialization")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || (*configPath == "") == (*preset == "") {
+		return errors.New("model init: want --out DIR and exactly one of --config FILE or --preset NAME")
+	}
+	// The tokenizer decides the vocabulary.
+	var tok tokenizer.Tokenizer
+	var err error
+	if *tokPath != "" {
+		if tok, err = tokenizer.LoadFile(*tokPath); err != nil {
+			return err
+		}
+	} else if tok, err = tokenizer.NewByte(); err != nil {
+		return err
+	}
+	var cfg model.Config
+	if *preset != "" {
+		if cfg, err = model.Preset(*preset, tok.VocabSize()); err != nil {
+			return err
+		}
+	} else {
+		if cfg, err = readInitConfig(*configPath, tok.VocabSize()); err != nil {
+			return err
+		}
+	}
+	if cfg.VocabSize < tok.VocabSize() {
+		return fmt.Errorf("model init: vocab_size %d is smaller than the tokenizer's %d", cfg.VocabSize, tok.VocabSize())
+	}
+	w, err := model.NewRandom(cfg, *seed)
+	if err != nil {
+		return err
+	}
+	if err := w.Save(*out); err != nil {
+		return err
+	}
+	if *tokPath != "" {
+		data, err := os.ReadFile(*tokPath)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(*out, tokenizer.FileName), data, 0o644); err != nil {
+			return fmt.Errorf("model init: %w", err)
+		}
+	} else if err := chat.SaveDir(*out, tok, chat.Config{Template: chat.TemplateChatMLCompact}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "initialized %s model with %s parameters in %s\n", w.Config.ModelType, human(w.Config.NumParams()), *out)
+	return nil
+}
+
+// readInitConfig reads a config.json, filling vocab_size from the tokenizer
+// when it is 0.
+func readInitConfig(path string, vocab int) (model.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return model.Config{}, fmt.Errorf("model init: %w", err)
+	}
+	c, err := model.DecodeConfig(data, vocab)
+	if err != nil {
+		return c, fmt.Errorf("model init: %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func modelInfo(dir string, stdout io.Writer) error {
+	w, err := model.Load(dir)
+	if err != nil {
+		return err
+	}
+	c := w.Config
+	st := w.Stats()
+	fmt.Fprintf(stdout, "directory:      %s\n", dir)
+	fmt.Fprintf(stdout, "architecture:   %s (layers %d, hidden %d, mlp %d, heads %d/%d kv, head dim %d)\n",
+		c.ModelType, c.NumHiddenLayers, c.HiddenSize, c.IntermediateSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim)
+	fmt.Fprintf(stdout, "vocabulary:     %d (tied embeddings: %v)\n", c.VocabSize, c.TieWordEmbeddings)
+	fmt.Fprintf(stdout, "context:        %d positions, rope theta %g\n", c.MaxPositionEmbeddings, c.RopeTheta)
+	fmt.Fprintf(stdout, "parameters:     %s (%d), weight rms %.4g, finite %v\n", human(st.NumParams), st.NumParams, st.RMS, st.Finite)
+	if t, err := chat.LoadDir(dir); err == nil {
+		fmt.Fprintf(stdout, "tokenizer:      %d ids, chat stop ids %v\n", t.Tokenizer().VocabSize(), t.StopIDs())
+	} else {
+		fmt.Fprintf(stdout, "tokenizer:      none usable (%v)\n", err)
+	}
+	if f, err := safetensors.ReadFile(filepath.Join(dir, model.OptimizerFile)); err == nil {
+		fmt.Fprintf(stdout, "optimizer:      AdamW state at step %s\n", f.Metadata["step"])
+	}
+	return nil
+}
+
+func human(n int) string {
+	switch {
+	case n >= 1e9:
+		return strconv.FormatFloat(float64(n)/1e9, 'f', 2, 64) + "B"
+	case n >= 1e6:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 2, 64) + "M"
+	case n >= 1e3:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.Itoa(n)
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/model"
+	"github.com/aglrl/agl/tokenizer"
+)
+
+// runSFT is `agl sft`: supervised warm start of a model directory on a JSONL
+// file of conversations (one chat.Conversation per line), with the loss on
+// the assistant's tokens only (chat template's RenderMasked).
+func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("sft", flag.ContinueOnError)
+	modelDir := fs.String("model", "", "model directory (config.json, *.safetensors, tokenizer.json) (required)")
+	data := fs.String("data", "", "JSONL file of conversations: {\"messages\":[...],\"tools\":[...]} per line (required)")
+	out := fs.String("out", "", "output checkpoint directory (required; may equal --model)")
+	epochs := fs.Int("epochs", 1, "passes over the data")
+	steps := fs.Int("steps", 0, "optimizer steps (overrides --epochs when > 0)")
+	batchSize := fs.Int("batch-size", 8, "conversations per step")
+	maxLen := fs.Int("max-len", 1024, "truncate rendered conversations to this many tokens")
+	lr := fs.Float64("lr", 1e-3, "AdamW learning rate")
+	wd := fs.Float64("weight-decay", 0.01, "AdamW decoupled weight decay (matrices only)")
+	clip := fs.Float64("clip", 1, "global gradient-norm clip (0: off)")
+	warmup := fs.Int("warmup", 0, "linear learning-rate warmup steps")
+	seed := fs.Uint64("seed", 1, "data order seed")
+	backend := fs.String("backend", "", "GoMLX backend (default "+model.DefaultBackend+"; e.g. xla:cuda)")
+	every := fs.Int("log-every", 0, "status line every N steps (default: about 20 lines)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *modelDir == "" || *data == "" || *out == "" {
+		return errors.New("sft: want --model DIR --data FILE.jsonl --out DIR")
+	}
+	tmpl, err := chat.LoadDir(*modelDir)
+	if err != nil {
+		return fmt.Errorf("sft: %w", err)
+	}
+	examples, err := readSFTData(*data, tmpl, *maxLen)
+	if err != nil {
+		return err
+	}
+	opt := model.DefaultAdamW()
+	opt.LR, opt.WeightDecay, opt.ClipNorm = *lr, *wd, *clip
+	w, err := model.Load(*modelDir)
+	if err != nil {
+		return err
+	}
+	m, err := model.New(w.Config, *backend)
+	if err != nil {
+		return err
+	}
+	tr, err := model.NewTrainer(m, w, opt)
+	if err != nil {
+		return err
+	}
+	o := model.SFTOptions{Epochs: *epochs, Steps: *steps, BatchSize: *batchSize, Seed: *seed, WarmupSteps: *warmup}
+	total := o.Steps
+	if total <= 0 {
+		total = *epochs * ((len(examples) + *batchSize - 1) / *batchSize)
+	}
+	logEvery := *every
+	if logEvery <= 0 {
+		logEvery = max(1, total/20)
+	}
+	fmt.Fprintf(stdout, "sft: %d conversations, %d steps of %d, model %s parameters\n", len(examples), total, *batchSize, human(w.Config.NumParams()))
+	last, err := model.SFT(ctx, tr, examples, o, func(p model.SFTProgress) {
+		if p.Step%logEvery == 0 || p.Step == p.Steps {
+			fmt.Fprintln(stdout, progressLine(p))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("sft: %w", err)
+	}
+	if err := tr.SaveCheckpoint(*out); err != nil {
+		return err
+	}
+	if err := copyTokenizerFiles(*modelDir, *out); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "sft: done, loss %.4f, checkpoint in %s\n", last.Loss, *out)
+	return nil
+}
+
+// progressLine renders a bar and the step's figures.
+func progressLine(p model.SFTProgress) string {
+	const width = 24
+	done := width * p.Step / max(1, p.Steps)
+	bar := strings.Repeat("=", done) + strings.Repeat(" ", width-done)
+	eta := time.Duration(0)
+	if p.Step > 0 {
+		eta = time.Duration(float64(p.Elapsed) / float64(p.Step) * float64(p.Steps-p.Step)).Round(time.Second)
+	}
+	return fmt.Sprintf("[%s] %d/%d epoch %d loss %.4f  %.0f tok/s  elapsed %s eta %s",
+		bar, p.Step, p.Steps, p.Epoch, p.Loss, p.TokensPerSec, p.Elapsed.Round(time.Second), eta)
+}
+
+// maskedRenderer is the part of a chat template SFT needs.
+type maskedRenderer interface {
+	RenderMasked(c chat.Conversation) (ids []int32, mask []bool, err error)
+}
+
+// readSFTData renders every conversation of a JSONL file with the loss
+// mask of the assistant's tokens.
+func readSFTData(path string, tmpl maskedRenderer, maxLen int) ([]model.Example, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("sft: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	var out []model.Example
+	line := 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var c chat.Conversation
+		if err := json.Unmarshal([]byte(text), &c); err != nil {
+			return nil, fmt.Errorf("sft: %s:%d: %w", path, line, err)
+		}
+		ids, mask, err := tmpl.RenderMasked(c)
+		if err != nil {
+			return nil, fmt.Errorf("sft: %s:%d: %w", path, line, err)
+		}
+		if maxLen > 0 && len(ids) > maxLen {
+			ids, mask = ids[:maxLen], mask[:maxLen]
+		}
+		out = append(out, model.Example{IDs: ids, Mask: mask})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("sft: %s: %w", path, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("sft: %s: no conversations", path)
+	}
+	return out, nil
+}
+
+// copyTokenizerFiles copies tokenizer.json and agl_chat.json next to the
+// checkpoint.
+func copyTokenizerFiles(from, to string) error {
+	if filepath.Clean(from) == filepath.Clean(to) {
+		return nil
+	}
+	for _, name := range []string{tokenizer.FileName, chat.ConfigFileName, "tokenizer_config.json"} {
+		data, err := os.ReadFile(filepath.Join(from, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sft: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(to, name), data, 0o644); err != nil {
+			return fmt.Errorf("sft: %w", err)
+		}
+	}
+	return nil
+}
