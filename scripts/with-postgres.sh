@@ -102,9 +102,18 @@ cleanup() {
 	rm -rf "$tmp"
 	exit "$rc"
 }
+child=""
+# On INT/TERM, pass the signal on to the command, wait for it, then clean up.
+on_signal() {
+	if [[ -n "$child" ]]; then
+		kill -s "$1" "$child" 2>/dev/null || true
+		wait "$child" 2>/dev/null || true
+	fi
+	exit "$2"
+}
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'on_signal INT 130' INT
+trap 'on_signal TERM 143' TERM
 
 "${as_pg[@]}" "$PG_BIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-sync >"$tmp/initdb.log" 2>&1 || {
 	log "initdb failed:"
@@ -142,8 +151,14 @@ export AGL_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmo
 log "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') running as $pg_user on 127.0.0.1:$port (data in $data)"
 log "AGL_TEST_POSTGRES_URL=$AGL_TEST_POSTGRES_URL"
 
+# Run the command in the background so that a signal reaches our trap
+# while we wait (bash defers traps until a foreground child exits); keep
+# our stdin as its stdin.
 set +e
-"$@"
+"$@" <&0 &
+child=$!
+wait "$child"
 status=$?
+child=""
 set -e
 exit "$status"
