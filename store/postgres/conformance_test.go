@@ -1,10 +1,11 @@
-package postgres
+package postgres_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/store/postgres"
 	"github.com/aglrl/agl/store/storetest"
 )
 
@@ -20,7 +21,7 @@ func TestConformance(t *testing.T) {
 //	scripts/with-postgres.sh go test -run '^$' -bench . ./store/postgres/
 func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store {
-		s, err := Open(context.Background(), testURL(b))
+		s, err := postgres.Open(context.Background(), testURL(b))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -98,8 +98,8 @@ func ensureSchema(ctx context.Context, cc *pgx.ConnConfig, searchPath string) er
 	return nil
 }
 
-// schemaVersion is the version this code writes and understands.
-const schemaVersion = 1
+// SchemaVersion is the version this code writes and understands.
+const SchemaVersion = 1
 
 // migrations[i] brings a database from version i to i+1.
 var migrations = []string{
@@ -195,15 +195,15 @@ func (s *Store) migrate(ctx context.Context) error {
 		case err != nil:
 			return fmt.Errorf("postgres: read schema_version: %w", err)
 		}
-		if v > schemaVersion {
-			return fmt.Errorf("postgres: database schema version %d is newer than this agl understands (%d)", v, schemaVersion)
+		if v > SchemaVersion {
+			return fmt.Errorf("postgres: database schema version %d is newer than this agl understands (%d)", v, SchemaVersion)
 		}
-		for ; v < schemaVersion; v++ {
+		for ; v < SchemaVersion; v++ {
 			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
 				return fmt.Errorf("postgres: migrate schema to version %d: %w", v+1, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, "UPDATE schema_version SET version = $1", schemaVersion); err != nil {
+		if _, err := tx.Exec(ctx, "UPDATE schema_version SET version = $1", SchemaVersion); err != nil {
 			return fmt.Errorf("postgres: write schema_version: %w", err)
 		}
 		return nil

@@ -1,4 +1,4 @@
-package postgres
+package postgres_test
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/store/postgres"
 )
 
 var bg = context.Background()
 
-func mustCreate(t *testing.T, s *Store, rs ...store.NewRollout) []store.Rollout {
+func mustCreate(t *testing.T, s *postgres.Store, rs ...store.NewRollout) []store.Rollout {
 	t.Helper()
 	out, err := s.CreateRollouts(bg, rs)
 	if err != nil {
@@ -25,7 +26,7 @@ func mustCreate(t *testing.T, s *Store, rs ...store.NewRollout) []store.Rollout 
 	return out
 }
 
-func mustClaim(t *testing.T, s *Store) store.Claim {
+func mustClaim(t *testing.T, s *postgres.Store) store.Claim {
 	t.Helper()
 	c, err := s.Claim(bg, store.ClaimRequest{WorkerID: "w"})
 	if err != nil {
@@ -740,14 +741,14 @@ func TestConcurrentAppends(t *testing.T) {
 func TestReopenAndClose(t *testing.T) {
 	t.Parallel()
 	url := testURL(t)
-	s1, err := Open(bg, url)
+	s1, err := postgres.Open(bg, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := mustCreate(t, s1, store.NewRollout{ID: "keep", Task: task(1)})[0]
 	// A second store on the same schema (another gateway replica) sees the
 	// same data; migrating again is a no-op.
-	s2, err := Open(bg, url)
+	s2, err := postgres.Open(bg, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -769,17 +770,17 @@ func TestReopenAndClose(t *testing.T) {
 		t.Fatalf("claim after Close: %v", err)
 	}
 	var v int
-	if err := s2.Pool().QueryRow(bg, "SELECT version FROM schema_version").Scan(&v); err != nil || v != schemaVersion {
+	if err := s2.Pool().QueryRow(bg, "SELECT version FROM schema_version").Scan(&v); err != nil || v != postgres.SchemaVersion {
 		t.Fatalf("schema_version = %d, %v", v, err)
 	}
 }
 
 func TestOpenBadURL(t *testing.T) {
 	t.Parallel()
-	if _, err := Open(bg, "postgres://nobody@127.0.0.1:1/x?connect_timeout=1"); err == nil {
+	if _, err := postgres.Open(bg, "postgres://nobody@127.0.0.1:1/x?connect_timeout=1"); err == nil {
 		t.Fatal("Open on a closed port succeeded")
 	}
-	if _, err := Open(bg, "::not a url"); err == nil {
+	if _, err := postgres.Open(bg, "::not a url"); err == nil {
 		t.Fatal("Open on garbage succeeded")
 	}
 }
