@@ -165,7 +165,9 @@ func (s *Store) GetRollout(ctx context.Context, id string) (store.Rollout, error
 		return store.Rollout{}, err
 	}
 	var r store.Rollout
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	// One snapshot for the rollout and its attempts.
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
 		var err error
 		r, err = getRollout(ctx, tx, id, "")
 		if err != nil {
