@@ -15,6 +15,7 @@ import (
 type BPE struct {
 	vocab       map[string]int32 // byte-level token string → id
 	tokens      []string         // id → token string (model vocab and added)
+	raw         [][]byte         // id → decoded bytes (nil for unused ids)
 	special     []bool           // id → added token marked special
 	added       *addedMatcher
 	addedTokens []AddedToken
@@ -170,6 +171,12 @@ func newBPE(f *hfFile) (*BPE, error) {
 		t.special[a.ID] = a.Special
 	}
 	t.added = newAddedMatcher(t.addedTokens)
+	t.raw = make([][]byte, size)
+	for id, s := range t.tokens {
+		if s != "" {
+			t.raw[id] = byteLevelDecode(nil, s)
+		}
+	}
 	for b := 0; b < 256; b++ {
 		id, ok := t.vocab[string(byteEnc[b])]
 		if !ok {
@@ -267,8 +274,12 @@ func (t *BPE) setMerges(raw json.RawMessage) error {
 		}
 		pairs = make([][2]string, len(any))
 		for i, m := range any {
-			var s string
-			if err := json.Unmarshal(m, &s); err == nil {
+			m = bytes.TrimSpace(m)
+			if len(m) > 0 && m[0] == '"' {
+				var s string
+				if err := json.Unmarshal(m, &s); err != nil {
+					return fmt.Errorf("merge %d: %w", i, err)
+				}
 				a, b, ok := strings.Cut(s, " ")
 				if !ok {
 					return fmt.Errorf("merge %d %q: no space", i, s)
@@ -497,10 +508,9 @@ func (t *BPE) Decode(ids []int32) string { return lossyUTF8(t.DecodeBytes(ids)) 
 func (t *BPE) DecodeBytes(ids []int32) []byte {
 	out := make([]byte, 0, len(ids)*4)
 	for _, id := range ids {
-		if id < 0 || int(id) >= len(t.tokens) || t.tokens[id] == "" {
-			continue
+		if id >= 0 && int(id) < len(t.raw) {
+			out = append(out, t.raw[id]...)
 		}
-		out = byteLevelDecode(out, t.tokens[id])
 	}
 	return out
 }
