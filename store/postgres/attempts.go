@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -16,27 +15,39 @@ import (
 
 const attemptCols = `rollout_id, id, number, worker_id, status, started_at, last_heartbeat, ended_at, error`
 
-func scanAttempt(row pgx.Row) (store.Attempt, error) {
-	var (
-		a       store.Attempt
-		num     int32
-		status  string
-		ended   *time.Time
-		started time.Time
-		hb      time.Time
-	)
-	if err := row.Scan(&a.RolloutID, &a.ID, &num, &a.WorkerID, &status, &started, &hb, &ended, &a.Error); err != nil {
-		return store.Attempt{}, err
-	}
-	a.Number = int(num)
-	a.Status = store.AttemptStatus(status)
-	a.StartedAt = started.UTC()
-	a.LastHeartbeat = hb.UTC()
-	if ended != nil {
-		e := ended.UTC()
+// attemptRow receives attemptCols.
+type attemptRow struct {
+	a             store.Attempt
+	num           int32
+	status        string
+	started, beat time.Time
+	ended         *time.Time
+}
+
+func (x *attemptRow) dests() []any {
+	return []any{&x.a.RolloutID, &x.a.ID, &x.num, &x.a.WorkerID, &x.status, &x.started, &x.beat, &x.ended, &x.a.Error}
+}
+
+func (x *attemptRow) value() store.Attempt {
+	a := x.a
+	a.Number = int(x.num)
+	a.Status = store.AttemptStatus(x.status)
+	a.StartedAt = x.started.UTC()
+	a.LastHeartbeat = x.beat.UTC()
+	if x.ended != nil {
+		e := x.ended.UTC()
 		a.EndedAt = &e
 	}
-	return a, nil
+	return a
+}
+
+// scanAttempt scans attemptCols, followed by extra destinations if any.
+func scanAttempt(row pgx.Row, extra ...any) (store.Attempt, error) {
+	var x attemptRow
+	if err := row.Scan(append(x.dests(), extra...)...); err != nil {
+		return store.Attempt{}, err
+	}
+	return x.value(), nil
 }
 
 func listAttempts(ctx context.Context, tx pgx.Tx, rolloutID string) ([]store.Attempt, error) {
@@ -131,7 +142,7 @@ func (s *Store) claimOne(ctx context.Context, workerID, where, lock, mode string
 	if mode != "" {
 		args = append(args, mode)
 	}
-	rows, err := s.pool.Query(ctx, `WITH c AS (
+	row := s.pool.QueryRow(ctx, `WITH c AS (
 			SELECT id FROM rollouts WHERE `+where+` ORDER BY seq LIMIT 1 `+lock+`
 		), u AS (
 			UPDATE rollouts SET status = 'running', num_attempts = num_attempts + 1, updated_at = $1
@@ -142,59 +153,12 @@ func (s *Store) claimOne(ctx context.Context, workerID, where, lock, mode string
 			RETURNING `+attemptCols+`
 		)
 		SELECT `+claimRolloutCols+`, `+claimAttemptCols+` FROM u, a`, args...)
+	var ar attemptRow
+	r, err := scanRollout(row, ar.dests()...)
 	if err != nil {
 		return store.Claim{}, err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return store.Claim{}, err
-		}
-		return store.Claim{}, pgx.ErrNoRows
-	}
-	var c store.Claim
-	if err := scanClaim(rows, &c); err != nil {
-		return store.Claim{}, err
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return store.Claim{}, err
-	}
-	c.Key = key
-	return c, nil
-}
-
-// scanClaim scans a row of rollout columns followed by attempt columns.
-func scanClaim(rows pgx.Rows, c *store.Claim) error {
-	vals := rows.RawValues()
-	nr := len(splitCols(rolloutCols))
-	if len(vals) != nr+len(splitCols(attemptCols)) {
-		return fmt.Errorf("claim: %d columns", len(vals))
-	}
-	var err error
-	c.Rollout, err = scanRollout(rowsPart{rows, 0, nr})
-	if err != nil {
-		return err
-	}
-	c.Attempt, err = scanAttempt(rowsPart{rows, nr, len(vals)})
-	return err
-}
-
-// rowsPart scans a column range of the current row.
-type rowsPart struct {
-	rows     pgx.Rows
-	from, to int
-}
-
-func (p rowsPart) Scan(dest ...any) error {
-	all := make([]any, len(p.rows.RawValues()))
-	for i := range all {
-		all[i] = new(any)
-		if i >= p.from && i < p.to {
-			all[i] = dest[i-p.from]
-		}
-	}
-	return p.rows.Scan(all...)
+	return store.Claim{Rollout: r, Attempt: ar.value(), Key: key}, nil
 }
 
 func prefixCols(prefix, cols string) string {
@@ -207,31 +171,15 @@ func prefixCols(prefix, cols string) string {
 
 // qualifiedRolloutCols is rolloutCols prefixed by the table name, for
 // statements that join another relation.
-var qualifiedRolloutCols = func() string {
-	out := ""
-	for i, c := range splitCols(rolloutCols) {
-		if i > 0 {
-			out += ", "
-		}
-		out += "rollouts." + c
-	}
-	return out
-}()
+var qualifiedRolloutCols = prefixCols("rollouts.", rolloutCols)
 
+// splitCols splits a column list such as rolloutCols into names.
 func splitCols(cols string) []string {
-	var out []string
-	cur := ""
-	for _, ch := range cols {
-		switch ch {
-		case ',':
-			out = append(out, cur)
-			cur = ""
-		case ' ', '\n', '\t':
-		default:
-			cur += string(ch)
-		}
+	parts := strings.Split(cols, ",")
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
 	}
-	return append(out, cur)
+	return parts
 }
 
 // Heartbeat records that a running attempt is alive.
@@ -367,19 +315,9 @@ func (s *Store) AttemptByKey(ctx context.Context, rolloutID, attemptID, key stri
 	if err := s.check(); err != nil {
 		return store.Attempt{}, err
 	}
-	var (
-		hash []byte
-		a    store.Attempt
-	)
-	row := s.pool.QueryRow(ctx, "SELECT "+attemptCols+", key_hash FROM attempts WHERE rollout_id = $1 AND id = $2",
-		rolloutID, attemptID)
-	var (
-		num               int32
-		status            string
-		ended             *time.Time
-		started, lastBeat time.Time
-	)
-	err := row.Scan(&a.RolloutID, &a.ID, &num, &a.WorkerID, &status, &started, &lastBeat, &ended, &a.Error, &hash)
+	var hash []byte
+	a, err := scanAttempt(s.pool.QueryRow(ctx, "SELECT "+attemptCols+", key_hash FROM attempts WHERE rollout_id = $1 AND id = $2",
+		rolloutID, attemptID), &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Same answer, and about the same work, as a wrong key.
 		store.KeyMatches(key, make([]byte, 32))
@@ -390,14 +328,6 @@ func (s *Store) AttemptByKey(ctx context.Context, rolloutID, attemptID, key stri
 	}
 	if !store.KeyMatches(key, hash) {
 		return store.Attempt{}, store.Errorf(store.ErrForbidden, "key does not grant attempt %s of rollout %s", attemptID, rolloutID)
-	}
-	a.Number = int(num)
-	a.Status = store.AttemptStatus(status)
-	a.StartedAt = started.UTC()
-	a.LastHeartbeat = lastBeat.UTC()
-	if ended != nil {
-		e := ended.UTC()
-		a.EndedAt = &e
 	}
 	return a, nil
 }

@@ -18,7 +18,8 @@ const rolloutCols = `id, seq, group_id, task, mode, metadata, timeout_seconds, m
 	unresponsive_seconds, status, num_attempts, error, reward, reward_data,
 	created_at, updated_at, terminal_seq`
 
-func scanRollout(row pgx.Row) (store.Rollout, error) {
+// scanRollout scans rolloutCols, followed by extra destinations if any.
+func scanRollout(row pgx.Row, extra ...any) (store.Rollout, error) {
 	var (
 		r                    store.Rollout
 		task, meta, rwdData  []byte
@@ -26,9 +27,10 @@ func scanRollout(row pgx.Row) (store.Rollout, error) {
 		created, updated     time.Time
 		maxAttempts, numAtts int32
 	)
-	err := row.Scan(&r.ID, &r.Seq, &r.GroupID, &task, &mode, &meta, &r.Config.TimeoutSeconds,
+	dest := append([]any{&r.ID, &r.Seq, &r.GroupID, &task, &mode, &meta, &r.Config.TimeoutSeconds,
 		&maxAttempts, &r.Config.UnresponsiveSeconds, &status, &numAtts, &r.Error,
-		&r.Reward, &rwdData, &created, &updated, &r.TerminalSeq)
+		&r.Reward, &rwdData, &created, &updated, &r.TerminalSeq}, extra...)
+	err := row.Scan(dest...)
 	if err != nil {
 		return store.Rollout{}, err
 	}
