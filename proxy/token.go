@@ -14,11 +14,12 @@ import (
 	"github.com/aglrl/agl/engine"
 )
 
-// Codec turns text into token ids and back; the /v1/completions route of a
-// TokenBackend needs it (chat routes only need the template).
+// Codec turns text into token ids and back (tokenizer.Tokenizer is one);
+// the /v1/completions route of a TokenBackend needs it for text prompts
+// (chat routes only need the template).
 type Codec interface {
-	Encode(text string) ([]int32, error)
-	Decode(ids []int32) (string, error)
+	Encode(text string) []int32
+	Decode(ids []int32) string
 }
 
 // Render reasons recorded in model_request events.
@@ -134,7 +135,7 @@ func (b *TokenBackend) prompt(key string, conv chat.Conversation) (ids []int32, 
 	if prev != nil {
 		suffix, err := b.template.RenderSuffix(conv, len(prev.msgs))
 		if err != nil {
-			return nil, false, "", fmt.Errorf("render suffix: %w", err)
+			return nil, false, "", fmt.Errorf("%w: render: %v", ErrBadRequest, err)
 		}
 		ids = make([]int32, 0, len(prev.ids)+len(suffix))
 		ids = append(append(ids, prev.ids...), suffix...)
@@ -142,7 +143,7 @@ func (b *TokenBackend) prompt(key string, conv chat.Conversation) (ids []int32, 
 	}
 	ids, err = b.template.Render(conv, true)
 	if err != nil {
-		return nil, false, "", fmt.Errorf("render: %w", err)
+		return nil, false, "", fmt.Errorf("%w: render: %v", ErrBadRequest, err)
 	}
 	return ids, false, reason, nil
 }
@@ -251,10 +252,7 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 		if b.codec == nil {
 			return nil, fmt.Errorf("%w: text prompts need a tokenizer; send token ids", ErrUnsupported)
 		}
-		var err error
-		if prompt, err = b.codec.Encode(req.Prompt); err != nil {
-			return nil, fmt.Errorf("encode prompt: %w", err)
-		}
+		prompt = b.codec.Encode(req.Prompt)
 	}
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("%w: empty prompt", ErrBadRequest)
@@ -275,9 +273,7 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 	}
 	var text string
 	if b.codec != nil {
-		if text, err = b.codec.Decode(res.IDs); err != nil {
-			return nil, fmt.Errorf("decode: %w", err)
-		}
+		text = b.codec.Decode(res.IDs)
 	}
 	return &Result{
 		Text: text, PromptIDs: prompt, ResponseIDs: res.IDs, Logprobs: res.Logprobs,

@@ -1,0 +1,236 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/store/sqlite"
+)
+
+// scriptEngine is a deterministic token engine standing in for the model:
+// it answers each Generate with the next scripted assistant message,
+// rendered to ids by the real ChatML template over the byte tokenizer.
+type scriptEngine struct {
+	tmpl    *chat.ChatML
+	version int64
+
+	mu      sync.Mutex
+	replies []chat.Message
+	prompts [][]int32
+	outputs [][]int32
+	// gate, when set, is received from before each Generate returns.
+	gate chan struct{}
+	// started, when set, is sent to as each Generate starts.
+	started chan struct{}
+}
+
+func (e *scriptEngine) push(ms ...chat.Message) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.replies = append(e.replies, ms...)
+}
+
+// replyIDs renders what the model generates for m (ending with <|im_end|>).
+func replyIDs(t *chat.ChatML, m chat.Message) ([]int32, error) {
+	ids, mask, err := t.RenderMasked(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}, m}})
+	if err != nil {
+		return nil, err
+	}
+	var out []int32
+	for i, id := range ids {
+		if mask[i] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
+	if e.started != nil {
+		e.started <- struct{}{}
+	}
+	if e.gate != nil {
+		select {
+		case <-e.gate:
+		case <-ctx.Done():
+			return engine.Result{}, ctx.Err()
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.replies) == 0 {
+		return engine.Result{}, errors.New("script engine: no reply scripted")
+	}
+	m := e.replies[0]
+	e.replies = e.replies[1:]
+	ids, err := replyIDs(e.tmpl, m)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	finish := engine.FinishStop
+	if s.MaxTokens > 0 && len(ids) > s.MaxTokens {
+		ids, finish = ids[:s.MaxTokens], engine.FinishLength
+	}
+	lps := make([]float32, len(ids))
+	for i := range lps {
+		lps[i] = -float32(i%7+1) / 8
+	}
+	e.prompts = append(e.prompts, slices.Clone(prompt))
+	e.outputs = append(e.outputs, slices.Clone(ids))
+	return engine.Result{IDs: ids, Logprobs: lps, FinishReason: finish, Model: "agl-test", ModelVersion: e.version}, nil
+}
+
+func (e *scriptEngine) ModelName() string { return "agl-test" }
+func (e *scriptEngine) Version() int64    { return e.version }
+func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
+
+// env is a gateway on loopback over a real SQLite store.
+type env struct {
+	st   *sqlite.Store
+	p    *proxy.Proxy
+	srv  *httptest.Server
+	eng  *scriptEngine
+	tmpl *chat.ChatML
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func openStore(t testing.TB) *sqlite.Store {
+	st, err := sqlite.Open(testCtx(t), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// newEnv starts a gateway with a token backend (b nil) or the given backend.
+func newEnv(t testing.TB, cfg proxy.Config, b proxy.Backend) *env {
+	tmpl, err := chat.NewSmall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{st: openStore(t), tmpl: tmpl, eng: &scriptEngine{tmpl: tmpl, version: 3}}
+	if b == nil {
+		b = proxy.NewTokenBackend(e.eng, tmpl, tmpl.Tokenizer(), 0)
+	}
+	e.p = proxy.New(cfg, e.st, b)
+	e.srv = httptest.NewServer(e.p)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// claim creates a rollout of the given mode and starts an attempt.
+func (e *env) claim(t testing.TB, mode store.Mode) store.Claim {
+	ctx := testCtx(t)
+	if _, err := e.st.CreateRollouts(ctx, []store.NewRollout{{Task: json.RawMessage(`{"q":1}`), Mode: mode}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.st.Claim(ctx, store.ClaimRequest{WorkerID: "test", Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func base(srv *httptest.Server, c store.Claim) string {
+	return srv.URL + "/r/" + c.Rollout.ID + "/" + c.Attempt.ID
+}
+
+// calls returns the attempt's model_request events.
+func (e *env) calls(t testing.TB, c store.Claim) []api.ModelCall {
+	evs, err := e.st.ListEvents(testCtx(t), store.EventFilter{RolloutID: c.Rollout.ID, AttemptID: c.Attempt.ID, Types: []string{store.EventModelRequest}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]api.ModelCall, len(evs))
+	for i, ev := range evs {
+		if err := json.Unmarshal(ev.Data, &out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// checkChain asserts the no-drift property: every call after the first
+// continues the token state, its prompt starting with exactly the previous
+// call's prompt + response ids; and that the engine saw exactly the
+// recorded ids.
+func (e *env) checkChain(t testing.TB, calls []api.ModelCall, shape string) {
+	t.Helper()
+	if len(calls) == 0 {
+		t.Fatal("no model_request events recorded")
+	}
+	e.eng.mu.Lock()
+	prompts, outputs := e.eng.prompts, e.eng.outputs
+	e.eng.mu.Unlock()
+	if len(prompts) != len(calls) {
+		t.Fatalf("engine saw %d calls, %d recorded", len(prompts), len(calls))
+	}
+	for k, c := range calls {
+		if c.API != shape {
+			t.Errorf("call %d: api %q, want %q", k, c.API, shape)
+		}
+		if c.Model != "agl-test" || c.ModelVersion != 3 {
+			t.Errorf("call %d: model %q v%d, want agl-test v3", k, c.Model, c.ModelVersion)
+		}
+		if !slices.Equal(c.PromptIDs, prompts[k]) || !slices.Equal(c.ResponseIDs, outputs[k]) {
+			t.Errorf("call %d: recorded ids differ from what the engine consumed/produced", k)
+		}
+		if len(c.ResponseLogprobs) != len(c.ResponseIDs) {
+			t.Errorf("call %d: %d logprobs for %d ids", k, len(c.ResponseLogprobs), len(c.ResponseIDs))
+		}
+		if c.Usage.PromptTokens != len(c.PromptIDs) || c.Usage.CompletionTokens != len(c.ResponseIDs) {
+			t.Errorf("call %d: usage %+v for %d/%d ids", k, c.Usage, len(c.PromptIDs), len(c.ResponseIDs))
+		}
+		if len(c.Request) == 0 || len(c.Response) == 0 || c.CallID == "" {
+			t.Errorf("call %d: request/response/call id not recorded", k)
+		}
+		if k == 0 {
+			if c.Continued || c.RenderReason != proxy.ReasonFirstCall {
+				t.Errorf("call 0: continued=%v reason=%q, want a first_call render", c.Continued, c.RenderReason)
+			}
+			continue
+		}
+		prev := append(slices.Clone(calls[k-1].PromptIDs), calls[k-1].ResponseIDs...)
+		if !c.Continued {
+			t.Errorf("call %d: not continued (reason %q)", k, c.RenderReason)
+		}
+		if len(c.PromptIDs) <= len(prev) || !slices.Equal(c.PromptIDs[:len(prev)], prev) {
+			t.Errorf("call %d: prompt does not start with call %d's prompt+response ids (drift)", k, k-1)
+		}
+	}
+}
+
+func mustJSON(t testing.TB, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func toolCall(name, args string) chat.Message {
+	return chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{Name: name, Arguments: args}}}
+}
+
+func text(s string) chat.Message { return chat.Message{Role: chat.RoleAssistant, Content: s} }
+
+var _ = fmt.Sprintf
