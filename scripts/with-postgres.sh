@@ -80,7 +80,12 @@ if [[ $(id -u) -eq 0 ]]; then
 	fi
 fi
 
-tmp="$(mktemp -d "${TMPDIR:-/tmp}/agl-pg.XXXXXX")"
+base="${TMPDIR:-/tmp}"
+# The server user must be able to reach the directory (TMPDIR may be private).
+if [[ ${#as_pg[@]} -gt 0 ]] && ! "${as_pg[@]}" test -x "$base" 2>/dev/null; then
+	base=/tmp
+fi
+tmp="$(mktemp -d "$base/agl-pg.XXXXXX")"
 chmod 0755 "$tmp"
 if [[ $(id -u) -eq 0 ]]; then
 	chown postgres: "$tmp"
