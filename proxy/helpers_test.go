@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -234,3 +237,30 @@ func toolCall(name, args string) chat.Message {
 func text(s string) chat.Message { return chat.Message{Role: chat.RoleAssistant, Content: s} }
 
 var _ = fmt.Sprintf
+
+func asErr[T error](err error, target *T) bool { return errors.As(err, target) }
+
+// post sends a raw request and returns status, headers and body.
+func post(t testing.TB, method, url string, hdr map[string]string, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(testCtx(t), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func bearer(key string) map[string]string { return map[string]string{"Authorization": "Bearer " + key} }

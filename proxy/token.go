@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -257,15 +258,9 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("%w: empty prompt", ErrBadRequest)
 	}
-	s := req.Sampling
-	if max := b.engine.MaxContext(); max > 0 {
-		room := max - len(prompt)
-		if room <= 0 {
-			return nil, fmt.Errorf("%w: prompt of %d tokens exceeds the context of %d tokens", ErrBadRequest, len(prompt), max)
-		}
-		if s.MaxTokens <= 0 || s.MaxTokens > room {
-			s.MaxTokens = room
-		}
+	s, err := b.sampling(req.Sampling, len(prompt))
+	if err != nil {
+		return nil, err
 	}
 	res, err := b.engine.Generate(ctx, prompt, s)
 	if err != nil {
@@ -273,7 +268,12 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 	}
 	var text string
 	if b.codec != nil {
-		text = b.codec.Decode(res.IDs)
+		out := res.IDs
+		// The text leaves out a final stop id, as OpenAI-compatible servers do.
+		if n := len(out); n > 0 && res.FinishReason == engine.FinishStop && slices.Contains(s.StopIDs, out[n-1]) {
+			out = out[:n-1]
+		}
+		text = b.codec.Decode(out)
 	}
 	return &Result{
 		Text: text, PromptIDs: prompt, ResponseIDs: res.IDs, Logprobs: res.Logprobs,

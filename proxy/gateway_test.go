@@ -1,0 +1,422 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/store"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+const goodChat = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+const goodMessages = `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+
+// TestBadInput: every bad request gets the API-shaped error of its route,
+// and nothing already stored is lost.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t, proxy.Config{MaxBodyBytes: 4096}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	other := e.claim(t, store.ModeTrain)
+	done := e.claim(t, store.ModeTrain)
+	if _, err := e.st.CompleteAttempt(testCtx(t), done.Rollout.ID, done.Attempt.ID, store.AttemptSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	// One good call first: it must survive everything below.
+	e.eng.push(text("hello"))
+	if st, _, body := post(t, "POST", base(e.srv, cl)+"/v1/chat/completions", bearer(cl.Key), goodChat); st != 200 {
+		t.Fatalf("good call: %d %s", st, body)
+	}
+	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`
+	bigMsg := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`
+	chatURL, msgURL, rsURL := base(e.srv, cl)+"/v1/chat/completions", base(e.srv, cl)+"/v1/messages", base(e.srv, cl)+"/v1/responses"
+	ak := map[string]string{"x-api-key": cl.Key, "anthropic-version": "2023-06-01"}
+	cases := []struct {
+		name      string
+		url       string
+		hdr       map[string]string
+		body      string
+		paused    bool
+		status    int
+		anthropic bool
+		errType   string
+		param     string
+	}{
+		{"chat malformed JSON", chatURL, bearer(cl.Key), `{"model":`, false, 400, false, "invalid_request_error", ""},
+		{"chat wrong role", chatURL, bearer(cl.Key), `{"model":"m","messages":[{"role":"wizard","content":"hi"}]}`, false, 400, false, "invalid_request_error", "messages[0].role"},
+		{"chat no messages", chatURL, bearer(cl.Key), `{"model":"m","messages":[]}`, false, 400, false, "invalid_request_error", "messages"},
+		{"chat content wrong type", chatURL, bearer(cl.Key), `{"model":"m","messages":[{"role":"user","content":5}]}`, false, 400, false, "invalid_request_error", "messages[0].content"},
+		{"chat tool result unknown id", chatURL, bearer(cl.Key), `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_9","content":"r"}]}`, false, 400, false, "invalid_request_error", "messages[2]"},
+		{"chat image part", chatURL, bearer(cl.Key), `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, false, 400, false, "invalid_request_error", "messages[0].content[0].type"},
+		{"chat n=2", chatURL, bearer(cl.Key), `{"model":"m","n":2,"messages":[{"role":"user","content":"hi"}]}`, false, 400, false, "invalid_request_error", "n"},
+		{"chat forced tool", chatURL, bearer(cl.Key), `{"model":"m","tool_choice":"required","messages":[{"role":"user","content":"hi"}]}`, false, 400, false, "invalid_request_error", "tool_choice"},
+		{"chat stop strings on token engine", chatURL, bearer(cl.Key), `{"model":"m","stop":"x","messages":[{"role":"user","content":"hi"}]}`, false, 400, false, "invalid_request_error", ""},
+		{"chat oversized", chatURL, bearer(cl.Key), big, false, 413, false, "invalid_request_error", ""},
+		{"chat wrong key", chatURL, bearer("agl-wrong"), goodChat, false, 401, false, "authentication_error", ""},
+		{"chat no key", chatURL, nil, goodChat, false, 401, false, "authentication_error", ""},
+		{"chat other attempt's key", chatURL, bearer(other.Key), goodChat, false, 401, false, "authentication_error", ""},
+		{"chat finished attempt", base(e.srv, done) + "/v1/chat/completions", bearer(done.Key), goodChat, false, 409, false, "conflict_error", ""},
+		{"chat paused", chatURL, bearer(cl.Key), goodChat, true, 503, false, "service_unavailable_error", ""},
+		{"chat GET", chatURL, bearer(cl.Key), "", false, 405, false, "invalid_request_error", ""},
+		{"unknown route", base(e.srv, cl) + "/v1/embeddings", bearer(cl.Key), goodChat, false, 404, false, "not_found_error", ""},
+		{"responses previous_response_id", rsURL, bearer(cl.Key), `{"model":"m","input":"hi","previous_response_id":"resp_1"}`, false, 400, false, "invalid_request_error", "previous_response_id"},
+		{"responses unknown call output", rsURL, bearer(cl.Key), `{"model":"m","input":[{"role":"user","content":"hi"},{"type":"function_call_output","call_id":"call_x","output":"r"}]}`, false, 400, false, "invalid_request_error", "input[1]"},
+		{"responses wrong role", rsURL, bearer(cl.Key), `{"model":"m","input":[{"role":"tool","content":"hi"}]}`, false, 400, false, "invalid_request_error", "input[0].role"},
+		{"messages malformed JSON", msgURL, ak, `{"model":`, false, 400, true, "invalid_request_error", ""},
+		{"messages system role", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`, false, 400, true, "invalid_request_error", ""},
+		{"messages no max_tokens", msgURL, ak, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, false, 400, true, "invalid_request_error", ""},
+		{"messages tool result unknown id", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"r"}]}]}`, false, 400, true, "invalid_request_error", ""},
+		{"messages image", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, false, 400, true, "invalid_request_error", ""},
+		{"messages oversized", msgURL, ak, bigMsg, false, 413, true, "request_too_large", ""},
+		{"messages wrong key", msgURL, map[string]string{"x-api-key": "nope"}, goodMessages, false, 401, true, "authentication_error", ""},
+		{"messages paused", msgURL, ak, goodMessages, true, 503, true, "overloaded_error", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.paused {
+				e.p.Pause()
+				defer e.p.Resume()
+			}
+			method := "POST"
+			if strings.HasSuffix(c.name, "GET") {
+				method = "GET"
+			}
+			st, hdr, body := post(t, method, c.url, c.hdr, c.body)
+			if st != c.status {
+				t.Fatalf("status %d, want %d: %s", st, c.status, body)
+			}
+			if c.paused && hdr.Get("Retry-After") == "" {
+				t.Error("no Retry-After while paused")
+			}
+			if c.anthropic {
+				var b struct {
+					Type  string `json:"type"`
+					Error struct {
+						Type    string `json:"type"`
+						Message string `json:"message"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal([]byte(body), &b); err != nil || b.Type != "error" || b.Error.Type != c.errType || b.Error.Message == "" {
+					t.Fatalf("not an Anthropic %s error: %s", c.errType, body)
+				}
+				return
+			}
+			var b struct {
+				Error *struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+					Code    *string `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(body), &b); err != nil || b.Error == nil || b.Error.Type != c.errType || b.Error.Message == "" {
+				t.Fatalf("not an OpenAI %s error: %s", c.errType, body)
+			}
+			if c.param != "" && (b.Error.Param == nil || *b.Error.Param != c.param) {
+				t.Errorf("param %v, want %q: %s", b.Error.Param, c.param, body)
+			}
+			if !strings.Contains(body, `"param":`) || !strings.Contains(body, `"code":`) {
+				t.Errorf("OpenAI error lacks param/code fields: %s", body)
+			}
+		})
+	}
+	if calls := e.calls(t, cl); len(calls) != 1 {
+		t.Fatalf("%d events after bad input, want the 1 good call", len(calls))
+	}
+}
+
+// TestPauseDrain: paused → new calls get 503 + Retry-After, in-flight calls
+// finish and are recorded, Drain waits for them; Resume serves again.
+func TestPauseDrain(t *testing.T) {
+	e := newEnv(t, proxy.Config{RetryAfter: 2 * time.Second}, nil)
+	e.eng.gate = make(chan struct{})
+	e.eng.started = make(chan struct{}, 4)
+	cl := e.claim(t, store.ModeTrain)
+	url := base(e.srv, cl) + "/v1/chat/completions"
+	e.eng.push(text("first"), text("second"))
+	type res struct {
+		st   int
+		body string
+	}
+	inflight := make(chan res, 1)
+	go func() {
+		st, _, body := post(t, "POST", url, bearer(cl.Key), goodChat)
+		inflight <- res{st, body}
+	}()
+	<-e.eng.started
+	e.p.Pause()
+	if paused, n := e.p.Status(); !paused || n != 1 {
+		t.Fatalf("status paused=%v inflight=%d", paused, n)
+	}
+	st, hdr, body := post(t, "POST", url, bearer(cl.Key), goodChat)
+	if st != 503 || hdr.Get("Retry-After") != "2" {
+		t.Fatalf("paused call: %d retry-after %q: %s", st, hdr.Get("Retry-After"), body)
+	}
+	short, cancel := context.WithTimeout(testCtx(t), 20*time.Millisecond)
+	defer cancel()
+	if err := e.p.Drain(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain with a call in flight: %v", err)
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- e.p.Drain(testCtx(t)) }()
+	e.eng.gate <- struct{}{}
+	if r := <-inflight; r.st != 200 || !strings.Contains(r.body, "first") {
+		t.Fatalf("in-flight call: %d %s", r.st, r.body)
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.calls(t, cl)); n != 1 {
+		t.Fatalf("%d events, want the in-flight call's", n)
+	}
+	e.p.Resume()
+	go func() { e.eng.gate <- struct{}{} }()
+	if st, _, body := post(t, "POST", url, bearer(cl.Key), goodChat); st != 200 || !strings.Contains(body, "second") {
+		t.Fatalf("after resume: %d %s", st, body)
+	}
+}
+
+// TestHarnessEvents: the harness posts rewards and custom events with its
+// scoped key.
+func TestHarnessEvents(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	url := base(e.srv, cl) + "/events"
+	for _, c := range []struct {
+		name, body string
+		key        string
+		status     int
+	}{
+		{"reward", `{"type":"reward","data":{"value":0.5}}`, cl.Key, 200},
+		{"bare number reward", `{"type":"reward","data":1}`, cl.Key, 200},
+		{"array", `[{"type":"log","data":{"msg":"a"}},{"type":"my_metric","data":3}]`, cl.Key, 200},
+		{"wrapped", `{"events":[{"type":"log","data":"b"}]}`, cl.Key, 200},
+		{"bad reward", `{"type":"reward","data":{"values":{"a":1,"b":2}}}`, cl.Key, 400},
+		{"forged model_request", `{"type":"model_request","data":{}}`, cl.Key, 400},
+		{"no type", `{"data":1}`, cl.Key, 400},
+		{"malformed", `{"type":`, cl.Key, 400},
+		{"wrong key", `{"type":"log","data":1}`, "nope", 401},
+	} {
+		st, _, body := post(t, "POST", url, bearer(c.key), c.body)
+		if st != c.status {
+			t.Errorf("%s: %d %s", c.name, st, body)
+		}
+	}
+	evs, err := e.st.ListEvents(testCtx(t), store.EventFilter{RolloutID: cl.Rollout.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	if !slices.Equal(types, []string{"reward", "reward", "log", "my_metric", "log"}) {
+		t.Fatalf("stored %v", types)
+	}
+	r, err := api.ParseReward(evs[0].Data)
+	if v, _ := r.PrimaryValue(); err != nil || v != 0.5 {
+		t.Fatalf("reward %v %v", v, err)
+	}
+}
+
+// chatTurn posts a raw chat request built from msgs and returns the
+// assistant message.
+func chatTurn(t *testing.T, url, key string, msgs []map[string]any, extra map[string]any) map[string]any {
+	t.Helper()
+	req := map[string]any{"model": "m", "messages": msgs}
+	for k, v := range extra {
+		req[k] = v
+	}
+	st, _, body := post(t, "POST", url, bearer(key), mustJSON(t, req))
+	if st != 200 {
+		t.Fatalf("%d %s", st, body)
+	}
+	var resp struct {
+		Choices []struct {
+			Message map[string]any `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Choices[0].Message
+}
+
+// TestTokenState: rewritten history, changed tools, a truncated reply and a
+// lost state (gateway restart) re-render from scratch and say why.
+func TestTokenState(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	url := base(e.srv, cl) + "/v1/chat/completions"
+	tools := []map[string]any{{"type": "function", "function": map[string]any{"name": "ls", "parameters": map[string]any{"type": "object"}}}}
+	e.eng.push(toolCall("ls", `{}`), text("done"), text("again"), text("tools"), text("this reply is long"), text("after"))
+	msgs := []map[string]any{{"role": "user", "content": "list"}}
+	m := chatTurn(t, url, cl.Key, msgs, map[string]any{"tools": tools})
+	id := m["tool_calls"].([]any)[0].(map[string]any)["id"].(string)
+	msgs = append(msgs, m, map[string]any{"role": "tool", "tool_call_id": id, "content": "a b"})
+	chatTurn(t, url, cl.Key, msgs, map[string]any{"tools": tools}) // continued
+	// History rewritten: the first user message edited.
+	edited := slices.Clone(msgs)
+	edited[0] = map[string]any{"role": "user", "content": "list all"}
+	chatTurn(t, url, cl.Key, edited, map[string]any{"tools": tools})
+	// Tools changed (the conversation itself extends call 1's).
+	chatTurn(t, url, cl.Key, append(slices.Clone(msgs), map[string]any{"role": "assistant", "content": "done"}, map[string]any{"role": "user", "content": "next"}), nil)
+	// A truncated reply (max_tokens) cannot be continued.
+	short := []map[string]any{{"role": "user", "content": "talk"}}
+	m = chatTurn(t, url, cl.Key, short, map[string]any{"max_tokens": 5})
+	chatTurn(t, url, cl.Key, append(short, m, map[string]any{"role": "user", "content": "more"}), nil)
+
+	calls := e.calls(t, cl)
+	want := []struct {
+		continued bool
+		reason    string
+	}{{false, proxy.ReasonFirstCall}, {true, ""}, {false, proxy.ReasonHistoryRewritten}, {false, proxy.ReasonToolsChanged}, {false, proxy.ReasonHistoryRewritten}, {false, proxy.ReasonHistoryRewritten}}
+	if len(calls) != len(want) {
+		t.Fatalf("%d calls", len(calls))
+	}
+	for i, w := range want {
+		if calls[i].Continued != w.continued || calls[i].RenderReason != w.reason {
+			t.Errorf("call %d: continued=%v reason=%q, want %v %q", i, calls[i].Continued, calls[i].RenderReason, w.continued, w.reason)
+		}
+	}
+	if calls[4].FinishReason != "length" || len(calls[4].ResponseIDs) != 5 {
+		t.Errorf("truncated call: %s, %d ids", calls[4].FinishReason, len(calls[4].ResponseIDs))
+	}
+
+	// A restarted gateway has no token state: it renders from scratch,
+	// says so, and the prompt is still the template's rendering.
+	tmpl := e.tmpl
+	p2 := proxy.New(proxy.Config{}, e.st, proxy.NewTokenBackend(e.eng, tmpl, tmpl.Tokenizer(), 0))
+	e.srv.Config.Handler = p2
+	e.eng.push(text("after restart"))
+	full := append(slices.Clone(msgs), map[string]any{"role": "assistant", "content": "done"}, map[string]any{"role": "user", "content": "thanks"})
+	chatTurn(t, url, cl.Key, full, map[string]any{"tools": tools})
+	calls = e.calls(t, cl)
+	last := calls[len(calls)-1]
+	if last.Continued || last.RenderReason != proxy.ReasonNoTokenState {
+		t.Fatalf("after restart: continued=%v reason=%q", last.Continued, last.RenderReason)
+	}
+	conv := chat.Conversation{Messages: []chat.Message{
+		{Role: "user", Content: "list"},
+		{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: id, Name: "ls", Arguments: "{}"}}},
+		{Role: "tool", Content: "a b", ToolCallID: id},
+		{Role: "assistant", Content: "done"},
+		{Role: "user", Content: "thanks"},
+	}, Tools: []chat.Tool{{Name: "ls", Parameters: json.RawMessage(`{"type":"object"}`)}}}
+	ids, err := tmpl.Render(conv, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, last.PromptIDs) {
+		t.Fatal("re-rendered prompt differs from the template's rendering")
+	}
+	// And the continued call 1 equals a fresh render of its conversation.
+	if !slices.Equal(calls[1].PromptIDs, must(tmpl.Render(chat.Conversation{Messages: conv.Messages[:3], Tools: conv.Tools}, true))) {
+		t.Fatal("continued prompt differs from a fresh render")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestModeOverridesAndModels: val-mode overrides apply and /v1/models
+// lists the served name.
+func TestModeOverridesAndModels(t *testing.T) {
+	temp, topP := float32(0), float32(0.9)
+	e := newEnv(t, proxy.Config{Val: proxy.ModeOverrides{Model: "agl-val", Temperature: &temp, TopP: &topP, MaxTokens: 64}}, nil)
+	val := e.claim(t, store.ModeVal)
+	train := e.claim(t, store.ModeTrain)
+	client := openai.NewClient(option.WithBaseURL(base(e.srv, val)+"/v1"), option.WithAPIKey(val.Key), option.WithMaxRetries(0))
+	page, err := client.Models.List(testCtx(t))
+	if err != nil || len(page.Data) != 1 || page.Data[0].ID != "agl-val" {
+		t.Fatalf("val models %+v %v", page, err)
+	}
+	tc := openai.NewClient(option.WithBaseURL(base(e.srv, train)+"/v1"), option.WithAPIKey(train.Key), option.WithMaxRetries(0))
+	if page, err := tc.Models.List(testCtx(t)); err != nil || page.Data[0].ID != "agl-test" {
+		t.Fatalf("train models %+v %v", page, err)
+	}
+	e.eng.push(text("ok"))
+	if _, err := client.Chat.Completions.New(testCtx(t), openai.ChatCompletionNewParams{Model: "x", Temperature: openai.Float(1.5), MaxTokens: openai.Int(5), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.calls(t, val)[0]
+	var s struct {
+		Temperature float32 `json:"temperature"`
+		TopP        float32 `json:"top_p"`
+		MaxTokens   int     `json:"max_tokens"`
+	}
+	if err := json.Unmarshal(c.Sampling, &s); err != nil || s.Temperature != 0 || s.TopP != 0.9 || s.MaxTokens != 64 {
+		t.Fatalf("sampling %s", c.Sampling)
+	}
+}
+
+// TestCompletions: /v1/completions with token-id and text prompts.
+func TestCompletions(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	e.eng.push(text("fox"), text("dog"))
+	client := openai.NewClient(option.WithBaseURL(base(e.srv, cl)+"/v1"), option.WithAPIKey(cl.Key), option.WithMaxRetries(0))
+	r, err := client.Completions.New(testCtx(t), openai.CompletionNewParams{Model: "m", Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{84, 104, 101}}, MaxTokens: openai.Int(20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Choices[0].Text != "fox" || r.Choices[0].FinishReason != "stop" {
+		t.Fatalf("%s", r.RawJSON())
+	}
+	s := client.Completions.NewStreaming(testCtx(t), openai.CompletionNewParams{Model: "m", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("The lazy")}, MaxTokens: openai.Int(20)})
+	var got string
+	for s.Next() {
+		got += s.Current().Choices[0].Text
+	}
+	if err := s.Err(); err != nil || got != "dog" {
+		t.Fatalf("streamed %q %v", got, err)
+	}
+	calls := e.calls(t, cl)
+	if !slices.Equal(calls[0].PromptIDs, []int32{84, 104, 101}) || !slices.Equal(calls[1].PromptIDs, e.tmpl.Tokenizer().Encode("The lazy")) || calls[1].API != api.ShapeCompletions {
+		t.Fatalf("prompts %v %v", calls[0].PromptIDs, calls[1].PromptIDs)
+	}
+}
+
+// TestPythonHarness runs a Python 3 standard-library (urllib only) harness
+// that knows nothing but OPENAI_BASE_URL and OPENAI_API_KEY.
+func TestPythonHarness(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	e.eng.push(toolCall("add", `{"a": 2, "b": 3}`), text("The sum is 5."), text("Streamed answer."))
+	cmd := exec.CommandContext(testCtx(t), py, filepath.Join("testdata", "harness.py"))
+	cmd.Env = []string{"OPENAI_BASE_URL=" + base(e.srv, cl) + "/v1", "OPENAI_API_KEY=" + cl.Key, "PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("harness: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "final: The sum is 5.") || !strings.Contains(string(out), "stream: Streamed answer.") {
+		t.Fatalf("harness output:\n%s", out)
+	}
+	calls := e.calls(t, cl)
+	if len(calls) != 3 || !calls[1].Continued || !calls[2].Stream {
+		t.Fatalf("%d calls", len(calls))
+	}
+	evs, err := e.st.ListEvents(testCtx(t), store.EventFilter{RolloutID: cl.Rollout.ID, Types: []string{store.EventReward}})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("reward events %v %v", evs, err)
+	}
+}
