@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/aglrl/agl/samples"
+)
+
+// runExport writes the training samples of terminal rollouts as JSONL or
+// Parquet for use by other trainers:
+//
+//	agl export --format parquet --out step.parquet --after CURSOR --estimator grpo --agg rollout-mean
+//
+// It reads the store named by --store / --data-dir / --config (like the
+// server commands), builds samples with the same code the embedded trainer
+// uses, and reports a summary (with the cursor to continue from) as one JSON
+// line on stdout — or on stderr when the samples themselves go to stdout.
+func runExport(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+	load := configFlags(fs)
+	format := fs.String("format", "jsonl", "output format: jsonl or parquet")
+	out := fs.String("out", "-", "output file, - for stdout")
+	after := fs.Int64("after", 0, "terminal cursor to start after (a terminal_seq; 0: from the start)")
+	limit := fs.Int("limit", 0, "at most this many rollouts (0: all)")
+	estimator := fs.String("estimator", string(samples.GRPO), "advantage estimator: grpo, dr_grpo, rloo, reinforce_pp_baseline")
+	eps := fs.Float64("eps", 1e-6, "epsilon in the grpo / reinforce++ denominators")
+	dropZero := fs.Bool("drop-zero-variance", false, "drop groups whose rewards are all equal")
+	agg := fs.String("agg", string(samples.TokenMean), "loss aggregation weights: token-mean, seq-mean-token-mean, seq-mean-token-sum, rollout-mean")
+	noMerge := fs.Bool("no-merge", false, "one sample per model call")
+	acrossVersions := fs.Bool("merge-across-versions", false, "merge calls served by different model versions")
+	maxPrompt := fs.Int("max-prompt-len", 0, "exclude calls with longer prompts (0: no limit)")
+	maxResp := fs.Int("max-response-len", 0, "response token limit per call (0: no limit)")
+	maxSeq := fs.Int("max-seq-len", 0, "sample length limit (0: no limit)")
+	rule := fs.String("length-rule", string(samples.LengthTruncate), "over-long responses: truncate or drop")
+	fill := fs.Float64("reward-fill", 0, "reward of rollouts that reported none")
+	dropMissing := fs.Bool("drop-missing-reward", false, "drop rollouts that reported no reward")
+	primary := fs.String("reward-primary", "", "dimension of multi-dimensional rewards to train on")
+	callRewards := fs.Bool("add-call-rewards", false, "add per-call intermediate rewards to the final reward")
+	includeVal := fs.Bool("include-val", false, "also export validation rollouts")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("export: unexpected arguments %q", fs.Args())
+	}
+	if *format != "jsonl" && *format != "parquet" {
+		return fmt.Errorf("export: --format %q: want jsonl or parquet", *format)
+	}
+	cfg := samples.Config{
+		Build: samples.BuildConfig{NoMerge: *noMerge, MergeAcrossVersions: *acrossVersions,
+			MaxPromptLen: *maxPrompt, MaxResponseLen: *maxResp, MaxSeqLen: *maxSeq, Rule: samples.LengthRule(*rule)},
+		Reward:            samples.RewardConfig{Fill: *fill, Primary: *primary, AddCallRewards: *callRewards},
+		Advantage:         samples.AdvantageConfig{Estimator: samples.Estimator(*estimator), Eps: *eps, DropZeroVariance: *dropZero},
+		Aggregation:       samples.Aggregation(*agg),
+		DropMissingReward: *dropMissing,
+		IncludeVal:        *includeVal,
+	}
+	if cfg.Build.Rule != samples.LengthTruncate && cfg.Build.Rule != samples.LengthDrop {
+		return fmt.Errorf("export: --length-rule %q: want truncate or drop", *rule)
+	}
+	c, err := load()
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	st, err := openStore(ctx, c)
+	if err != nil {
+		return fmt.Errorf("export: open store: %w", err)
+	}
+	defer st.Close()
+	rs, evs, next, err := samples.Load(ctx, st, *after, *limit)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	res, err := samples.FromRollouts(rs, evs, cfg)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+
+	w, report := stdout, io.Writer(os.Stderr)
+	var f *os.File
+	if *out != "-" && *out != "" {
+		if f, err = os.Create(*out); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		defer f.Close()
+		w, report = f, stdout
+	}
+	if *format == "jsonl" {
+		err = samples.WriteJSONL(w, res.Samples)
+	} else {
+		err = samples.WriteParquet(w, res.Samples)
+	}
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if f != nil {
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+	}
+	b, err := json.Marshal(struct {
+		Next  int64         `json:"next_cursor"`
+		Out   string        `json:"out"`
+		Stats samples.Stats `json:"stats"`
+	}{next, *out, res.Stats})
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	_, err = fmt.Fprintf(report, "%s\n", b)
+	return err
+}
