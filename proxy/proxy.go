@@ -23,6 +23,8 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -66,6 +68,11 @@ type Config struct {
 	RequestTimeout time.Duration `json:"request_timeout,omitempty" yaml:"request_timeout,omitempty"`
 	// RetryAfter is the Retry-After sent while paused (default 1s).
 	RetryAfter time.Duration `json:"retry_after,omitempty" yaml:"retry_after,omitempty"`
+	// AuthCacheTTL is how long a verified scoped key is trusted without
+	// asking the store again (default 1s; negative disables). An attempt
+	// that ended meanwhile is still refused: the event append checks that
+	// it is running, so such a call gets 409 (after the engine ran).
+	AuthCacheTTL time.Duration `json:"auth_cache_ttl,omitempty" yaml:"auth_cache_ttl,omitempty"`
 }
 
 func (c Config) withDefaults() Config {
@@ -77,6 +84,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = time.Second
+	}
+	if c.AuthCacheTTL == 0 {
+		c.AuthCacheTTL = time.Second
 	}
 	return c
 }
@@ -97,11 +107,14 @@ type Proxy struct {
 
 	modesMu sync.RWMutex
 	modes   map[string]store.Mode
+
+	authMu sync.RWMutex
+	auth   map[Target]authEntry
 }
 
 // New returns a proxy recording into st and answering with b.
 func New(cfg Config, st store.Store, b Backend) *Proxy {
-	return &Proxy{cfg: cfg.withDefaults(), st: st, backend: b, idPrefix: randSuffix(), modes: map[string]store.Mode{}}
+	return &Proxy{cfg: cfg.withDefaults(), st: st, backend: b, idPrefix: randSuffix(), modes: map[string]store.Mode{}, auth: map[Target]authEntry{}}
 }
 
 // randSuffix returns 8 random base-36 characters.
@@ -291,6 +304,15 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 	if key == "" {
 		return "", &apiError{Status: http.StatusUnauthorized, Message: "missing API key: send the attempt's scoped key as Authorization: Bearer KEY or x-api-key", Code: "invalid_api_key"}
 	}
+	sum := sha256.Sum256([]byte(key))
+	if p.cfg.AuthCacheTTL > 0 {
+		p.authMu.RLock()
+		a, ok := p.auth[t]
+		p.authMu.RUnlock()
+		if ok && subtle.ConstantTimeCompare(a.sum[:], sum[:]) == 1 && time.Now().Before(a.until) {
+			return a.mode, nil
+		}
+	}
 	att, err := p.st.AttemptByKey(ctx, t.RolloutID, t.AttemptID, key)
 	if err != nil {
 		if errors.Is(err, store.ErrForbidden) || errors.Is(err, store.ErrNotFound) {
@@ -305,7 +327,22 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 	if err != nil {
 		return "", &apiError{Status: http.StatusInternalServerError, Message: "rollout mode: " + err.Error()}
 	}
+	if p.cfg.AuthCacheTTL > 0 && att.Status == store.AttemptRunning {
+		p.authMu.Lock()
+		if len(p.auth) >= 1<<16 {
+			clear(p.auth)
+		}
+		p.auth[t] = authEntry{sum: sum, mode: mode, until: time.Now().Add(p.cfg.AuthCacheTTL)}
+		p.authMu.Unlock()
+	}
 	return mode, nil
+}
+
+// authEntry remembers a verified scoped key (as its SHA-256) for a while.
+type authEntry struct {
+	sum   [sha256.Size]byte
+	mode  store.Mode
+	until time.Time
 }
 
 // rolloutMode returns (and caches: it never changes) a rollout's mode.
@@ -503,11 +540,8 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 		LatencyMS: float64(time.Since(c.start).Microseconds()) / 1000,
 		Retries:   res.Retries, Stream: c.stream,
 	}
-	mc.Sampling, _ = json.Marshal(samp)
-	data, err := json.Marshal(&mc)
-	if err != nil {
-		return &apiError{Status: http.StatusInternalServerError, Message: "encode event: " + err.Error()}
-	}
+	mc.Sampling = appendSampling(make([]byte, 0, 96), &samp)
+	data := appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc)
 	// The event must land even if the client went away: it records tokens
 	// the engine spent.
 	ctx = context.WithoutCancel(ctx)

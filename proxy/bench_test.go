@@ -1,0 +1,146 @@
+package proxy_test
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/store"
+)
+
+// benchBody is a typical harness request: system prompt, a tool, a user turn.
+var benchBody = []byte(`{"model":"Qwen/Qwen3-8B","messages":[{"role":"system","content":"You are a helpful coding agent. Use the tools to inspect the repository before answering."},` +
+	`{"role":"user","content":"Find the function that parses the config file and explain what happens when the file is missing."}],` +
+	`"tools":[{"type":"function","function":{"name":"read_file","description":"Read a file of the repository","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}],` +
+	`"temperature":1.0,"max_tokens":512}`)
+
+// zeroUpstream is a zero-think-time OpenAI-compatible server: it reads the
+// request and answers a fixed vLLM-format completion.
+func zeroUpstream(b *testing.B) *httptest.Server {
+	answer := []byte(vllmAnswer)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+		w.Write(answer)
+	}))
+	b.Cleanup(srv.Close)
+	return srv
+}
+
+func benchClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+	}}
+}
+
+// target is where one client sends its calls.
+type target struct{ url, key string }
+
+// load sends n calls from len(ts) concurrent clients, client i calling
+// ts[i], and returns each call's latency and the wall time.
+func load(b *testing.B, hc *http.Client, ts []target, n int) ([]time.Duration, time.Duration) {
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	start := time.Now()
+	for _, tg := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				req, _ := http.NewRequest("POST", tg.url, bytes.NewReader(benchBody))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+tg.key)
+				t0 := time.Now()
+				resp, err := hc.Do(req)
+				if err != nil {
+					failed.Store(err.Error())
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				lat[i] = time.Since(t0)
+				if resp.StatusCode != 200 {
+					failed.Store("status " + resp.Status)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f != nil {
+		b.Fatal(f)
+	}
+	return lat, time.Since(start)
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(float64(len(s)-1)*p)]
+}
+
+// BenchmarkOverhead measures what the gateway adds to calling the same
+// zero-think-time upstream directly, with every call's model_request event
+// persisted to SQLite: added latency p50/p99 and calls per second, at 1 and
+// 32 concurrent clients. Each b.N round runs b.N direct calls then b.N
+// gateway calls.
+func BenchmarkOverhead(b *testing.B) {
+	for _, clients := range []int{1, 32} {
+		b.Run("clients="+strconv.Itoa(clients), func(b *testing.B) {
+			up := zeroUpstream(b)
+			e := newEnv(b, proxy.Config{}, upstreamBackend(b, up.URL))
+			// Each client is its own harness: its own rollout attempt.
+			var gw, direct []target
+			var claims []store.Claim
+			for range clients {
+				cl := e.claim(b, store.ModeTrain)
+				claims = append(claims, cl)
+				gw = append(gw, target{base(e.srv, cl) + "/v1/chat/completions", cl.Key})
+				direct = append(direct, target{up.URL + "/v1/chat/completions", cl.Key})
+			}
+			hc := benchClient()
+			n := max(b.N, 2*clients)
+			// Warm connections and caches.
+			load(b, hc, direct, 2*clients)
+			load(b, hc, gw, 2*clients)
+			b.ResetTimer()
+			dl, dwall := load(b, hc, direct, n)
+			gl, gwall := load(b, hc, gw, n)
+			b.StopTimer()
+			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			dps, gps := float64(n)/dwall.Seconds(), float64(n)/gwall.Seconds()
+			b.ReportMetric(us(pct(dl, 0.5)), "direct-p50-µs")
+			b.ReportMetric(us(pct(gl, 0.5)), "gw-p50-µs")
+			b.ReportMetric(us(pct(gl, 0.5)-pct(dl, 0.5)), "added-p50-µs")
+			b.ReportMetric(us(pct(gl, 0.99)-pct(dl, 0.99)), "added-p99-µs")
+			b.ReportMetric(dps, "direct-calls/s")
+			b.ReportMetric(gps, "gw-calls/s")
+			b.ReportMetric(gps/dps, "gw/direct")
+			got := 0
+			for _, cl := range claims {
+				got += len(e.calls(b, cl))
+			}
+			if got != n+2*clients {
+				b.Fatalf("%d events persisted for %d gateway calls", got, n+2*clients)
+			}
+		})
+	}
+}

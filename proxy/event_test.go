@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/engine"
+)
+
+// TestAppendModelCall: the hand-written event encoder produces the same
+// JSON value as json.Marshal for full, empty and awkward events.
+func TestAppendModelCall(t *testing.T) {
+	full := api.ModelCall{
+		CallID: "chatcmpl-1", API: api.ShapeMessages, Model: `we"ird<&>` + "\n", ModelVersion: 42,
+		PromptIDs: []int32{1, 2, 151643}, ResponseIDs: []int32{-1, 0, 7}, ResponseLogprobs: []float32{-0.5, -1e-9, -123.456, 0},
+		NoTokenIDs: true, FinishReason: "length", Continued: true, RenderReason: "history_rewritten",
+		Request: json.RawMessage(`{"a":[1,2]}`), Response: json.RawMessage(` {"b":"ü"} `),
+		Usage: api.Usage{PromptTokens: 3, CompletionTokens: 3}, LatencyMS: 1.2345, Retries: 2, Stream: true,
+	}
+	s := engine.Sampling{Temperature: 0.7, TopP: 0.95, TopK: 20, MaxTokens: 512, StopIDs: []int32{5, 6}, Seed: math.MaxUint64}
+	full.Sampling = appendSampling(nil, &s)
+	var gotS engine.Sampling
+	if err := json.Unmarshal(full.Sampling, &gotS); err != nil || !reflect.DeepEqual(gotS, s) {
+		t.Fatalf("sampling %s → %+v %v", full.Sampling, gotS, err)
+	}
+	for _, mc := range []api.ModelCall{full, {}, {CallID: "x", Continued: false, LatencyMS: 0.001}} {
+		got := appendModelCall(nil, &mc)
+		want, err := json.Marshal(&mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("invalid JSON %s: %v", got, err)
+		}
+		if err := json.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("got  %s\nwant %s", got, want)
+		}
+	}
+	// Infinite log-probs still give valid JSON.
+	inf := api.ModelCall{ResponseIDs: []int32{1, 2}, ResponseLogprobs: []float32{float32(math.Inf(-1)), float32(math.NaN())}}
+	if b := appendModelCall(nil, &inf); !json.Valid(b) {
+		t.Fatalf("invalid JSON %s", b)
+	}
+}
