@@ -19,7 +19,6 @@
 package samples
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -205,8 +204,8 @@ func Calls(events []store.Event, attemptID string) ([]api.ModelCall, []Excluded)
 	calls := make([]api.ModelCall, 0, len(evs))
 	var bad []Excluded
 	for _, e := range evs {
-		var c api.ModelCall
-		if err := json.Unmarshal(e.Data, &c); err != nil {
+		c, err := decodeCall(e.Data)
+		if err != nil {
 			bad = append(bad, Excluded{RolloutID: e.RolloutID, AttemptID: e.AttemptID,
 				Reason: "bad_event", Detail: fmt.Sprintf("event %d: %v", e.Seq, err)})
 			continue
