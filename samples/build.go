@@ -116,8 +116,10 @@ type Sample struct {
 	// tokens, in order of first use.
 	ModelVersions []int64 `json:"model_versions"`
 	// IDs is the token sequence; LossMask[i] is 1 for a trained response
-	// token; Logprobs[i] is that token's rollout (behavior) log-prob, 0
-	// where masked.
+	// token; Logprobs[i] is that token's rollout (behavior) log-prob
+	// log μ(IDs[i] | IDs[:i]), 0 where masked. A trainer computing logits
+	// over IDs takes the prediction for position i from the logits at
+	// position i−1; IDs[0] is always a masked prompt token.
 	IDs      []int32   `json:"ids"`
 	LossMask []uint8   `json:"loss_mask"`
 	Logprobs []float32 `json:"logprobs"`
@@ -164,7 +166,7 @@ type Excluded struct {
 	AttemptID string `json:"attempt_id"`
 	CallID    string `json:"call_id"`
 	// Reason: "no_token_ids", "logprobs_mismatch", "prompt_too_long",
-	// "response_too_long", "bad_event".
+	// "response_too_long", "no_trained_tokens", "bad_event".
 	Reason string `json:"reason"`
 	Detail string `json:"detail,omitempty"`
 }
@@ -327,7 +329,21 @@ func Build(cfg BuildConfig, rolloutID, groupID, attemptID string, calls []api.Mo
 			closedByTrunc = true
 		}
 	}
-	return out, excl
+	// A sample with no trained token (calls with empty responses that
+	// nothing later extended) would only cost compute.
+	kept := out[:0]
+	for _, s := range out {
+		if s.Trained() == 0 {
+			for _, id := range s.CallIDs {
+				excl = append(excl, Excluded{RolloutID: rolloutID, AttemptID: attemptID, CallID: id, Reason: "no_trained_tokens",
+					Detail: "empty response, not extended by a later call"})
+			}
+			continue
+		}
+		s.Index = len(kept)
+		kept = append(kept, s)
+	}
+	return kept, excl
 }
 
 func appendResponse(s *Sample, c *api.ModelCall, keep int) {

@@ -78,6 +78,8 @@ func TestBuildSplitClassification(t *testing.T) {
 		{"prompt too long excluded", BuildConfig{MaxPromptLen: 2}, []api.ModelCall{call("a", 1, p1, r1)}, nil, nil, []string{"prompt_too_long"}, ""},
 		{"response too long dropped", BuildConfig{MaxResponseLen: 1, Rule: LengthDrop}, []api.ModelCall{call("a", 1, p1, r1), call("b", 1, ext, []int32{7})}, []SplitReason{SplitFirst}, []int{-1}, []string{"response_too_long"}, ""},
 		{"response truncated closes sample", BuildConfig{MaxResponseLen: 1}, []api.ModelCall{call("a", 1, p1, r1), call("b", 1, ext, []int32{7})}, []SplitReason{SplitFirst, SplitTruncated}, []int{-1, -1}, nil, "truncated"},
+		{"empty response extended later merges", BuildConfig{}, []api.ModelCall{call("a", 1, p1, nil), call("b", 1, cat(p1, []int32{9}), []int32{7})}, []SplitReason{SplitFirst}, []int{-1}, nil, ""},
+		{"empty response alone excluded", BuildConfig{}, []api.ModelCall{call("a", 1, p1, r1), call("b", 1, []int32{8}, nil)}, []SplitReason{SplitFirst}, []int{-1}, []string{"no_trained_tokens"}, ""},
 		{"max seq len truncates", BuildConfig{MaxSeqLen: 4}, []api.ModelCall{call("a", 1, p1, r1)}, []SplitReason{SplitFirst}, []int{-1}, nil, ""},
 	}
 	for _, tc := range tests {

@@ -237,3 +237,40 @@ func PolicyLoss(cfg LossConfig, in LossInputs) (float64, LossStats, error) {
 	}
 	return loss, st, nil
 }
+
+// DefaultLossConfig is plain PPO-clip with ε = 0.2 on both sides and nothing
+// else (no dual clip, TIS, KL or entropy). A zero LossConfig clips the ratio
+// to exactly 1; start from this instead.
+func DefaultLossConfig() LossConfig { return LossConfig{ClipLow: 0.2, ClipHigh: 0.2} }
+
+// LossInputsFor flattens samples into LossInputs, sample after sample, token
+// after token: Behavior from Logprobs, Advantage from TokenAdvantages,
+// Weight from Weights (0 when nil), Mask from LossMask. logp must hold the
+// policy's log-probs in the same flattened order (its value at masked
+// positions is ignored); the optional slices are left nil.
+func LossInputsFor(ss []Sample, logp []float64) (LossInputs, error) {
+	n := 0
+	for i := range ss {
+		n += len(ss[i].IDs)
+	}
+	if len(logp) != n {
+		return LossInputs{}, fmt.Errorf("samples: %d log-probs for %d tokens", len(logp), n)
+	}
+	in := LossInputs{Logp: logp, Behavior: make([]float64, 0, n), Advantage: make([]float64, 0, n),
+		Weight: make([]float64, 0, n), Mask: make([]float64, 0, n)}
+	for i := range ss {
+		s := &ss[i]
+		for t := range s.IDs {
+			m := float64(s.LossMask[t])
+			in.Mask = append(in.Mask, m)
+			in.Behavior = append(in.Behavior, float64(s.Logprobs[t]))
+			in.Advantage = append(in.Advantage, m*s.Advantage)
+			w := 0.0
+			if t < len(s.Weights) {
+				w = float64(s.Weights[t])
+			}
+			in.Weight = append(in.Weight, w)
+		}
+	}
+	return in, nil
+}

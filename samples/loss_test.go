@@ -170,3 +170,38 @@ func clone(in LossInputs) LossInputs {
 	c.Logp = append([]float64(nil), in.Logp...)
 	return c
 }
+
+// End to end: samples with rollout-mean weights, evaluated at logp = behavior
+// (ratio 1, nothing clipped): the loss is −Σ_t w_t A_t = −(1/R) Σ_r A_r.
+func TestLossInputsFor(t *testing.T) {
+	ss := []Sample{mk("a", 0, 0, 1, 1), mk("a", 1, 0, 1), mk("b", 0, 0, 0, 1)}
+	ss[0].Advantage, ss[1].Advantage, ss[2].Advantage = 1.5, 1.5, -0.5
+	for i := range ss {
+		for j := range ss[i].Logprobs {
+			ss[i].Logprobs[j] = -float32(j + 1)
+		}
+	}
+	if err := ApplyWeights(RolloutMean, ss); err != nil {
+		t.Fatal(err)
+	}
+	var logp []float64
+	for _, s := range ss {
+		for _, lp := range s.Logprobs {
+			logp = append(logp, float64(lp))
+		}
+	}
+	in, err := LossInputsFor(ss, logp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, st, err := PolicyLoss(DefaultLossConfig(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := -(1.5 - 0.5) / 2; !near(loss, want, 1e-6) || st.Tokens != 4 || st.ClipFrac != 0 {
+		t.Fatalf("loss %v (want %v), stats %+v", loss, want, st)
+	}
+	if _, err := LossInputsFor(ss, logp[1:]); err == nil {
+		t.Error("short logp accepted")
+	}
+}

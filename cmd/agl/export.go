@@ -20,6 +20,9 @@ import (
 // server commands), builds samples with the same code the embedded trainer
 // uses, and reports a summary (with the cursor to continue from) as one JSON
 // line on stdout — or on stderr when the samples themselves go to stdout.
+// Advantages are computed within the groups present in the export, so export
+// all rollouts of a step together (a group cut by --after/--limit is
+// normalized over the part exported).
 func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
 	load := configFlags(fs)
