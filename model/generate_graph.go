@@ -11,7 +11,7 @@ import (
 )
 
 // KV cache layout: per layer one key and one value tensor shaped
-// [batch slots, cache length S, kv heads, head dim]. S grows by doubling.
+// [batch slots, kv heads, cache length S, head dim]. S grows by doubling.
 
 // genExecs are the compiled generation graphs of a Model.
 type genExecs struct {
@@ -40,15 +40,16 @@ func (m *Model) compileGen() error {
 		l := tokens.Shape().Dim(1)
 		newK, newV := make([]*Node, nl), make([]*Node, nl)
 		positions := Iota(g, shapes.Make(dtypes.Int32, 1, l), 1)
-		b, sLen := kc[0].Shape().Dim(0), kc[0].Shape().Dim(1)
+		b, sLen := kc[0].Shape().Dim(0), kc[0].Shape().Dim(2)
 		kvh, hd := cfg.NumKeyValueHeads, cfg.HeadDim
-		full := []int{b, sLen, kvh, hd}
-		rowIs := Equal(Iota(g, shapes.Make(dtypes.Int32, full...), 0), BroadcastToDims(row, full...))
-		inPrompt := LessThan(Iota(g, shapes.Make(dtypes.Int32, full...), 1), BroadcastToDims(Const(g, int32(l)), full...))
-		write := LogicalAnd(rowIs, inPrompt)
+		full := []int{b, kvh, sLen, hd}
+		rowIs := Equal(Iota(g, shapes.Make(dtypes.Int32, b, 1, sLen, 1), 0), BroadcastToDims(row, b, 1, sLen, 1))
+		inPrompt := LessThan(Iota(g, shapes.Make(dtypes.Int32, b, 1, sLen, 1), 2), BroadcastToDims(Const(g, int32(l)), b, 1, sLen, 1))
+		write := BroadcastToDims(LogicalAnd(rowIs, inPrompt), full...)
 		place := func(cache, x *Node) *Node { // x [1, L, KV, hd] at positions 0..L-1
+			x = headsFirst(x)
 			if sLen > l {
-				x = Concatenate([]*Node{x, Zeros(g, shapes.Make(dtypes.Float32, 1, sLen-l, kvh, hd))}, 1)
+				x = Concatenate([]*Node{x, Zeros(g, shapes.Make(dtypes.Float32, 1, kvh, sLen-l, hd))}, 2)
 			}
 			return Where(write, BroadcastToDims(x, full...), cache)
 		}
@@ -70,17 +71,17 @@ func (m *Model) compileGen() error {
 		params, kc, vc := ins[:n], ins[n:n+nl], ins[n+nl:n+2*nl]
 		tokens, pos := ins[n+2*nl], ins[n+2*nl+1]
 		b := tokens.Shape().Dim(0)
-		s := kc[0].Shape().Dim(1)
+		s := kc[0].Shape().Dim(2)
 		kvh, hd := cfg.NumKeyValueHeads, cfg.HeadDim
-		at := OneHot(pos, s, dtypes.Float32) // [B, S]
-		at4 := BroadcastToDims(Reshape(at, b, s, 1, 1), b, s, kvh, hd)
-		keep := OneMinus(at4)
+		full := []int{b, kvh, s, hd}
+		at := Equal(Iota(g, shapes.Make(dtypes.Int32, b, 1, s, 1), 2), BroadcastToDims(Reshape(pos, b, 1, 1, 1), b, 1, s, 1))
+		at4 := BroadcastToDims(at, full...)
 		cols := Iota(g, shapes.Make(dtypes.Int32, b, 1, s), 2)
 		mask := LessOrEqual(cols, BroadcastToDims(Reshape(pos, b, 1, 1), b, 1, s))
 		newK, newV := make([]*Node, nl), make([]*Node, nl)
 		h := newNet(cfg, params).decoder(tokens, Reshape(pos, b, 1), func(i int, k, v *Node) (*Node, *Node, *Node) {
-			newK[i] = Add(Mul(kc[i], keep), Mul(at4, BroadcastToDims(k, b, s, kvh, hd)))
-			newV[i] = Add(Mul(vc[i], keep), Mul(at4, BroadcastToDims(v, b, s, kvh, hd)))
+			newK[i] = Where(at4, BroadcastToDims(headsFirst(k), full...), kc[i])
+			newV[i] = Where(at4, BroadcastToDims(headsFirst(v), full...), vc[i])
 			return newK[i], newV[i], mask
 		})
 		logits := Reshape(newNet(cfg, params).logits(h), b, cfg.VocabSize)
@@ -93,7 +94,7 @@ func (m *Model) compileGen() error {
 	ge.grow, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
 		out := make([]*Node, len(ins))
 		for i, c := range ins {
-			out[i] = Concatenate([]*Node{c, ZerosLike(c)}, 1)
+			out[i] = Concatenate([]*Node{c, ZerosLike(c)}, 2)
 		}
 		return out
 	})
@@ -116,7 +117,7 @@ type kvCache struct {
 func (m *Model) newCache(slots, length int) *kvCache {
 	c := &kvCache{slots: slots, len: length}
 	for range m.cfg.NumHiddenLayers {
-		sh := shapes.Make(dtypes.Float32, slots, length, m.cfg.NumKeyValueHeads, m.cfg.HeadDim)
+		sh := shapes.Make(dtypes.Float32, slots, m.cfg.NumKeyValueHeads, length, m.cfg.HeadDim)
 		c.k = append(c.k, tensors.FromShape(sh))
 		c.v = append(c.v, tensors.FromShape(sh))
 	}
@@ -143,7 +144,7 @@ func (c *kvCache) replace(outs []*tensors.Tensor) {
 		c.v[i].FinalizeAll()
 		c.k[i], c.v[i] = outs[i], outs[nl+i]
 	}
-	c.len = outs[0].Shape().Dim(1)
+	c.len = outs[0].Shape().Dim(2)
 }
 
 func (c *kvCache) free() {

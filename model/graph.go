@@ -85,27 +85,30 @@ func rope(x, positions *Node, theta float64) *Node {
 }
 
 // attention computes grouped-query attention of q [B, L, H, hd] over keys
-// and values [B, S, KV, hd]; mask [B, L, S] says which keys each query sees.
-// It returns [B, L, H*hd].
+// and values [B, KV, S, hd]; mask [B, L, S] says which keys each query
+// sees. It returns [B, L, H*hd].
 func attention(q, k, v, mask *Node, kvHeads int) *Node {
 	b, l, h, hd := q.Shape().Dim(0), q.Shape().Dim(1), q.Shape().Dim(2), q.Shape().Dim(3)
-	s := k.Shape().Dim(1)
+	s := k.Shape().Dim(2)
 	grp := h / kvHeads
 	q = Reshape(q, b, l, kvHeads, grp, hd)
-	q = MulScalar(q, 1/math.Sqrt(float64(hd)))
-	scores := Einsum("blkgd,bskd->bkgls", q, k) // [B, KV, G, L, S]
-	m := BroadcastToDims(Reshape(mask, b, 1, 1, l, s), b, kvHeads, grp, l, s)
-	scores = Where(m, scores, BroadcastToDims(Const(q.Graph(), float32(-1e30)), b, kvHeads, grp, l, s))
+	q = TransposeAllAxes(q, 0, 2, 3, 1, 4) // [B, KV, G, L, hd]
+	q = Reshape(MulScalar(q, 1/math.Sqrt(float64(hd))), b, kvHeads, grp*l, hd)
+	scores := Einsum("bkmd,bksd->bkms", q, k) // [B, KV, G*L, S]
+	m := Reshape(BroadcastToDims(Reshape(mask, b, 1, 1, l, s), b, kvHeads, grp, l, s), b, kvHeads, grp*l, s)
+	scores = Where(m, scores, BroadcastToDims(Const(q.Graph(), float32(-1e30)), b, kvHeads, grp*l, s))
 	probs := Softmax(scores, -1)
-	out := Einsum("bkgls,bskd->blkgd", probs, v) // [B, L, KV, G, hd]
+	out := Einsum("bkms,bksd->bkmd", probs, v) // [B, KV, G*L, hd]
+	out = TransposeAllAxes(Reshape(out, b, kvHeads, grp, l, hd), 0, 3, 1, 2, 4)
 	return Reshape(out, b, l, h*hd)
 }
 
-// layerKV is what one layer adds to the key/value cache.
-type layerKV struct{ k, v *Node }
+// headsFirst turns [B, L, KV, hd] into [B, KV, L, hd].
+func headsFirst(x *Node) *Node { return TransposeAllAxes(x, 0, 2, 1, 3) }
 
 // kvFunc lets the caller combine a layer's new keys/values [B, L, KV, hd]
-// with a cache; it returns the keys/values to attend over and the mask.
+// with a cache; it returns the keys/values to attend over ([B, KV, S, hd])
+// and the mask [B, L, S].
 type kvFunc func(layer int, k, v *Node) (keys, values, mask *Node)
 
 // decoder runs the transformer over ids [B, L] at positions [B, L] and
@@ -155,7 +158,7 @@ func causalKV(k, v *Node) (*Node, *Node, *Node) {
 	b, l := k.Shape().Dim(0), k.Shape().Dim(1)
 	rows := Iota(g, shapes.Make(dtypes.Int32, b, l, l), 1)
 	cols := Iota(g, shapes.Make(dtypes.Int32, b, l, l), 2)
-	return k, v, GreaterOrEqual(rows, cols)
+	return headsFirst(k), headsFirst(v), GreaterOrEqual(rows, cols)
 }
 
 // tokenLogProbs runs a teacher-forced pass over ids [B, T] and returns

@@ -1,0 +1,116 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/aglrl/agl/engine"
+)
+
+// Benchmarks on the presets with agl's byte+chat vocabulary (265 ids).
+//
+//	go test ./model -run '^$' -bench . -benchtime 3x
+
+const benchVocab = 265
+
+func benchModel(b *testing.B, preset string) (*Model, *Weights) {
+	cfg, err := Preset(preset, benchVocab)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := NewRandom(cfg, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := New(cfg, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m, w
+}
+
+// BenchmarkGenerate measures generated tokens per second with `batch`
+// concurrent requests (prompt 64 tokens, 64 new tokens each).
+func BenchmarkGenerate(b *testing.B) {
+	for _, preset := range []string{"1m", "10m"} {
+		for _, batch := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/batch%d", preset, batch), func(b *testing.B) {
+				m, w := benchModel(b, preset)
+				e, err := NewEngine(m, w, 1, EngineOptions{MaxBatch: batch, MaxContext: 256, InitialCache: 128})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer e.Close()
+				prompt := make([]int32, 64)
+				for i := range prompt {
+					prompt[i] = int32(i % 200)
+				}
+				run := func() int {
+					var wg sync.WaitGroup
+					var mu sync.Mutex
+					n := 0
+					for i := range batch {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							r, err := e.Generate(context.Background(), prompt, engine.Sampling{Temperature: 1, MaxTokens: 64, Seed: uint64(i + 1)})
+							if err != nil {
+								b.Error(err)
+							}
+							mu.Lock()
+							n += len(r.IDs)
+							mu.Unlock()
+						}()
+					}
+					wg.Wait()
+					return n
+				}
+				run() // compile
+				b.ResetTimer()
+				tokens := 0
+				for range b.N {
+					tokens += run()
+				}
+				b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
+}
+
+// BenchmarkTrain measures training tokens per second (forward, backward and
+// AdamW) on batches of 8 sequences of 128 tokens.
+func BenchmarkTrain(b *testing.B) {
+	for _, preset := range []string{"1m", "10m"} {
+		b.Run(preset, func(b *testing.B) {
+			m, w := benchModel(b, preset)
+			tr, err := NewTrainer(m, w, DefaultAdamW())
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch := &Batch{}
+			for i := range 8 {
+				ids := make([]int32, 128)
+				wt := make([]float32, 128)
+				for j := range ids {
+					ids[j] = int32((i*31 + j*7) % benchVocab)
+					wt[j] = 1.0 / 1024
+				}
+				batch.IDs = append(batch.IDs, ids)
+				batch.Weights = append(batch.Weights, wt)
+			}
+			ctx := context.Background()
+			if _, err := tr.StepSFT(ctx, batch); err != nil { // compile
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if _, err := tr.StepSFT(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(8*128*b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
