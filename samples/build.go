@@ -166,7 +166,7 @@ type Excluded struct {
 	AttemptID string `json:"attempt_id"`
 	CallID    string `json:"call_id"`
 	// Reason: "no_token_ids", "logprobs_mismatch", "prompt_too_long",
-	// "response_too_long", "no_trained_tokens", "bad_event".
+	// "response_too_long", "no_trained_tokens", "empty_prompt", "bad_event".
 	Reason string `json:"reason"`
 	Detail string `json:"detail,omitempty"`
 }
@@ -251,6 +251,9 @@ func Build(cfg BuildConfig, rolloutID, groupID, attemptID string, calls []api.Mo
 		switch {
 		case c.NoTokenIDs || len(c.ResponseIDs) == 0 && len(c.PromptIDs) == 0:
 			exclude(c, "no_token_ids", "upstream returned no token ids; usable for SFT only")
+			continue
+		case len(c.PromptIDs) == 0:
+			exclude(c, "empty_prompt", "a response without context cannot be scored")
 			continue
 		case len(c.ResponseLogprobs) != len(c.ResponseIDs):
 			exclude(c, "logprobs_mismatch", fmt.Sprintf("%d response ids, %d log-probs", len(c.ResponseIDs), len(c.ResponseLogprobs)))

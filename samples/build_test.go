@@ -75,6 +75,7 @@ func TestBuildSplitClassification(t *testing.T) {
 		{"no token ids excluded, next still merges", BuildConfig{}, []api.ModelCall{call("a", 1, p1, r1), noIDs, call("b", 1, ext, []int32{7})}, []SplitReason{SplitFirst}, []int{-1}, []string{"no_token_ids"}, ""},
 		{"no token ids then mismatch", BuildConfig{}, []api.ModelCall{call("a", 1, p1, r1), noIDs, call("b", 1, edited, []int32{7})}, []SplitReason{SplitFirst, SplitAfterExcluded}, []int{-1, 2}, []string{"no_token_ids"}, ""},
 		{"logprobs missing excluded", BuildConfig{}, []api.ModelCall{{CallID: "a", PromptIDs: p1, ResponseIDs: r1}}, nil, nil, []string{"logprobs_mismatch"}, ""},
+		{"empty prompt excluded", BuildConfig{}, []api.ModelCall{call("a", 1, nil, r1)}, nil, nil, []string{"empty_prompt"}, ""},
 		{"prompt too long excluded", BuildConfig{MaxPromptLen: 2}, []api.ModelCall{call("a", 1, p1, r1)}, nil, nil, []string{"prompt_too_long"}, ""},
 		{"response too long dropped", BuildConfig{MaxResponseLen: 1, Rule: LengthDrop}, []api.ModelCall{call("a", 1, p1, r1), call("b", 1, ext, []int32{7})}, []SplitReason{SplitFirst}, []int{-1}, []string{"response_too_long"}, ""},
 		{"response truncated closes sample", BuildConfig{MaxResponseLen: 1}, []api.ModelCall{call("a", 1, p1, r1), call("b", 1, ext, []int32{7})}, []SplitReason{SplitFirst, SplitTruncated}, []int{-1, -1}, nil, "truncated"},
