@@ -50,10 +50,10 @@ func like(v, x *Node) *Node {
 	return BroadcastToDims(v, x.Shape().Dimensions...)
 }
 
-// linear applies y = x·Wᵀ (+ b) with W shaped [out, in] over x's last axis.
+// linear applies y = x·W (+ b) over x's last axis, with W in the device
+// layout [in, out] (see deviceLayout).
 func linear(x, w, b *Node) *Node {
-	// Contract x's last axis with W's axis 1.
-	y := DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{1}, nil)
+	y := DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{0}, nil)
 	if b != nil {
 		y = Add(y, like(b, y))
 	}
@@ -144,13 +144,18 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 		h = rmsNorm(x, n.w(pre+"post_attention_layernorm.weight"), eps)
 		gate := linear(h, n.w(pre+"mlp.gate_proj.weight"), nil)
 		up := linear(h, n.w(pre+"mlp.up_proj.weight"), nil)
-		x = Add(x, linear(Mul(Mul(gate, Sigmoid(gate)), up), n.w(pre+"mlp.down_proj.weight"), nil))
+		x = Add(x, linear(Mul(silu(gate), up), n.w(pre+"mlp.down_proj.weight"), nil))
 	}
 	return rmsNorm(x, n.w("model.norm.weight"), eps)
 }
 
 // logits projects hidden states to the vocabulary.
-func (n *net) logits(h *Node) *Node { return linear(h, n.w("lm_head.weight"), nil) }
+func (n *net) logits(h *Node) *Node {
+	if n.cfg.TieWordEmbeddings { // the embeddings stay [V, D]
+		return DotGeneral(h, []int{h.Rank() - 1}, nil, n.w("lm_head.weight"), []int{1}, nil)
+	}
+	return linear(h, n.w("lm_head.weight"), nil)
+}
 
 // causalKV is the kvFunc of a full-sequence (no cache) forward pass.
 func causalKV(k, v *Node) (*Node, *Node, *Node) {
@@ -178,3 +183,7 @@ func (n *net) tokenLogProbs(ids *Node) (logp, entropy *Node) {
 	zero := Zeros(g, shapes.Make(dtypes.Float32, b, 1))
 	return Concatenate([]*Node{zero, lp}, 1), Concatenate([]*Node{zero, ent}, 1)
 }
+
+// silu is x·sigmoid(x), written with Exp (the Go backend's Logistic uses
+// float64 math.Exp, several times slower).
+func silu(x *Node) *Node { return Div(x, OnePlus(Exp(Neg(x)))) }

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -103,7 +104,7 @@ func (m *Model) Upload(w *Weights) (*DeviceWeights, error) {
 		if prod(t.Shape) != prod(specs[i].Shape) || len(t.Data) != prod(t.Shape) {
 			return nil, fmt.Errorf("model: tensor %s has shape %v, want %v", specs[i].Name, t.Shape, specs[i].Shape)
 		}
-		d.tensors = append(d.tensors, tensors.FromFlatDataAndDimensions(append([]float32(nil), t.Data...), specs[i].Shape...))
+		d.tensors = append(d.tensors, toDevice(specs[i], t.Data))
 	}
 	return d, nil
 }
@@ -116,7 +117,7 @@ func (m *Model) Download(d *DeviceWeights) (*Weights, error) {
 		if err != nil {
 			return nil, fmt.Errorf("model: download %s: %w", spec.Name, err)
 		}
-		w.Tensors = append(w.Tensors, tensorOf(spec.Shape, data))
+		w.Tensors = append(w.Tensors, tensorOf(spec.Shape, fromDevice(spec, data)))
 	}
 	return w, nil
 }
@@ -196,4 +197,51 @@ func (d *DeviceWeights) args() []any {
 		a = append(a, t)
 	}
 	return a
+}
+
+// Device layout: linear layers' weights ([out, in] in Hugging Face files)
+// are kept transposed, [in, out], on the backend: the Go backend's matmul
+// packs a non-transposed right-hand side with SIMD but a transposed one
+// with a slow generic loop. Embeddings stay [vocab, hidden].
+
+// transposed reports whether a parameter is stored transposed on device.
+func transposed(spec ParamSpec) bool {
+	return len(spec.Shape) == 2 && (strings.HasSuffix(spec.Name, "_proj.weight") || spec.Name == "lm_head.weight")
+}
+
+// deviceShape is the shape of a parameter on the backend.
+func deviceShape(spec ParamSpec) []int {
+	if transposed(spec) {
+		return []int{spec.Shape[1], spec.Shape[0]}
+	}
+	return spec.Shape
+}
+
+// toDevice makes a backend tensor of host data in Hugging Face layout.
+func toDevice(spec ParamSpec, data []float32) *tensors.Tensor {
+	if transposed(spec) {
+		data = transpose2(data, spec.Shape[0], spec.Shape[1])
+	} else {
+		data = append([]float32(nil), data...)
+	}
+	return tensors.FromFlatDataAndDimensions(data, deviceShape(spec)...)
+}
+
+// fromDevice turns device-layout data back into Hugging Face layout.
+func fromDevice(spec ParamSpec, data []float32) []float32 {
+	if transposed(spec) {
+		return transpose2(data, spec.Shape[1], spec.Shape[0])
+	}
+	return data
+}
+
+// transpose2 transposes a rows×cols row-major matrix.
+func transpose2(data []float32, rows, cols int) []float32 {
+	out := make([]float32, len(data))
+	for r := range rows {
+		for c := range cols {
+			out[c*rows+r] = data[r*cols+c]
+		}
+	}
+	return out
 }

@@ -76,8 +76,8 @@ func NewTrainer(m *Model, w *Weights, opt AdamW) (*Trainer, error) {
 	t := &Trainer{m: m, Opt: opt, params: d.tensors}
 	for i, spec := range m.cfg.Params() {
 		_ = i
-		t.mom = append(t.mom, tensors.FromShape(shapes.Make(dtypes.Float32, spec.Shape...)))
-		t.vel = append(t.vel, tensors.FromShape(shapes.Make(dtypes.Float32, spec.Shape...)))
+		t.mom = append(t.mom, tensors.FromShape(shapes.Make(dtypes.Float32, deviceShape(spec)...)))
+		t.vel = append(t.vel, tensors.FromShape(shapes.Make(dtypes.Float32, deviceShape(spec)...)))
 	}
 	if err := t.compile(); err != nil {
 		return nil, err
@@ -312,7 +312,7 @@ func (t *Trainer) SaveCheckpoint(dir string) error {
 			if err != nil {
 				return fmt.Errorf("model: checkpoint: %w", err)
 			}
-			f.Tensors[prefix+spec.Name] = tensorOf(spec.Shape, data)
+			f.Tensors[prefix+spec.Name] = tensorOf(spec.Shape, fromDevice(spec, data))
 		}
 	}
 	return safetensors.WriteFile(filepath.Join(dir, OptimizerFile), f)
@@ -351,7 +351,7 @@ func LoadTrainer(m *Model, dir string, opt AdamW) (*Trainer, error) {
 			if !ok || len(x.Data) != prod(spec.Shape) {
 				return nil, fmt.Errorf("model: checkpoint: missing or misshapen %s%s", prefix, spec.Name)
 			}
-			s[i] = tensors.FromFlatDataAndDimensions(x.Data, spec.Shape...)
+			s[i] = toDevice(spec, x.Data)
 		}
 	}
 	return t, nil
