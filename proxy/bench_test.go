@@ -144,3 +144,17 @@ func BenchmarkOverhead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStoreAppend times one model_request-sized event append to the
+// SQLite store: the floor of the gateway's added latency per call.
+func BenchmarkStoreAppend(b *testing.B) {
+	e := newEnv(b, proxy.Config{}, nil)
+	cl := e.claim(b, store.ModeTrain)
+	data := []byte(`{"call_id":"x","request":` + string(benchBody) + `,"response":` + vllmAnswer + `}`)
+	ctx := testCtx(b)
+	for b.Loop() {
+		if _, err := e.st.AppendEvents(ctx, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: data}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -420,3 +420,52 @@ func TestPythonHarness(t *testing.T) {
 		t.Fatalf("reward events %v %v", evs, err)
 	}
 }
+
+// TestConcurrentConversations: several conversations (sub-agents) of one
+// attempt run in parallel; each keeps its own token state.
+func TestConcurrentConversations(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	url := base(e.srv, cl) + "/v1/chat/completions"
+	const n = 6
+	for range 2 * n {
+		e.eng.push(text("ok"))
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			msgs := []map[string]any{{"role": "user", "content": "task " + strings.Repeat("x", i)}}
+			for turn := range 2 {
+				st, _, body := post(t, "POST", url, bearer(cl.Key), mustJSON(t, map[string]any{"model": "m", "messages": msgs}))
+				if st != 200 {
+					errs <- errors.New(body)
+					return
+				}
+				msgs = append(msgs, map[string]any{"role": "assistant", "content": "ok"}, map[string]any{"role": "user", "content": "turn " + strings.Repeat("y", turn)})
+			}
+			errs <- nil
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := e.calls(t, cl)
+	continued := 0
+	for _, c := range calls {
+		var req struct{ Messages []any }
+		if err := json.Unmarshal(c.Request, &req); err != nil {
+			t.Fatal(err)
+		}
+		if len(req.Messages) == 3 {
+			if !c.Continued {
+				t.Errorf("second turn not continued: %s", c.RenderReason)
+			}
+			continued++
+		}
+	}
+	if continued != n || len(calls) != 2*n {
+		t.Fatalf("%d calls, %d continued", len(calls), continued)
+	}
+}

@@ -521,8 +521,8 @@ func backendError(err error) *apiError {
 	return &apiError{Status: http.StatusBadGateway, Message: "model backend: " + err.Error(), Code: "backend_error"}
 }
 
-// record appends the model_request event for c.
-func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
+// eventData encodes the model_request event of c (an api.ModelCall).
+func (c *call) eventData(resp []byte) []byte {
 	res := c.res
 	var samp engine.Sampling
 	if c.chat != nil {
@@ -541,7 +541,12 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 		Retries:   res.Retries, Stream: c.stream,
 	}
 	mc.Sampling = appendSampling(make([]byte, 0, 96), &samp)
-	data := appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc)
+	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc)
+}
+
+// record appends the model_request event for c.
+func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
+	data := c.eventData(resp)
 	// The event must land even if the client went away: it records tokens
 	// the engine spent.
 	ctx = context.WithoutCancel(ctx)

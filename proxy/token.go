@@ -58,7 +58,7 @@ type TokenBackend struct {
 
 // statesPerAttempt bounds the branches remembered per attempt (a harness
 // may run several conversations, e.g. sub-agents, in one attempt).
-const statesPerAttempt = 4
+const statesPerAttempt = 16
 
 type attemptState struct {
 	key      string

@@ -253,3 +253,23 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenEngine(t *testing.T) {
+	v := newVLLM(t)
+	e := NewTokenEngine(newClient(t, v.srv.URL+"/v1"), "", 4096)
+	var _ engine.TokenEngine = e
+	r, err := e.Generate(context.Background(), []int32{7, 8}, engine.Sampling{Temperature: 1, MaxTokens: 2, StopIDs: []int32{9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.IDs, []int32{111, 107}) || !slices.Equal(r.Logprobs, []float32{-0.25, -0.5}) || r.FinishReason != engine.FinishLength || r.ModelVersion != 7 || r.Model != "m" {
+		t.Fatalf("%+v", r)
+	}
+	req := v.lastBody.Load().(map[string]any)
+	if req["return_token_ids"] != true || req["logprobs"] != 0.0 || req["max_tokens"] != 2.0 {
+		t.Fatalf("request %v", req)
+	}
+	if e.ModelName() != "m" || e.Version() != 7 || e.MaxContext() != 4096 {
+		t.Fatal("engine metadata")
+	}
+}
