@@ -48,6 +48,8 @@ type amRequest struct {
 	TopK          *int            `json:"top_k"`
 	StopSequences []string        `json:"stop_sequences"`
 	Stream        bool            `json:"stream"`
+	MCPServers    json.RawMessage `json:"mcp_servers"`
+	Container     json.RawMessage `json:"container"`
 }
 
 // amBlocks parses content that is a string or an array of blocks.
@@ -87,6 +89,12 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 	}
 	if req.MaxTokens == nil {
 		return badRequest("max_tokens", "max_tokens: Field required")
+	}
+	if isSet(req.MCPServers) {
+		return unsupported("mcp_servers", "mcp_servers: MCP connectors are not supported")
+	}
+	if isSet(req.Container) {
+		return unsupported("container", "container: server-side containers are not supported")
 	}
 	var conv chat.Conversation
 	if len(req.System) > 0 && string(req.System) != "null" {

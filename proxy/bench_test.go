@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -102,11 +103,36 @@ func pct(d []time.Duration, p float64) time.Duration {
 // persisted to SQLite: added latency p50/p99 and calls per second, at 1 and
 // 32 concurrent clients. Each b.N round runs b.N direct calls then b.N
 // gateway calls.
+//
+// The store=none variants drop the events (same gateway, no persistence):
+// the difference to store=sqlite is what persisting costs.
 func BenchmarkOverhead(b *testing.B) {
-	for _, clients := range []int{1, 32} {
-		b.Run("clients="+strconv.Itoa(clients), func(b *testing.B) {
+	for _, persist := range []bool{true, false} {
+		for _, clients := range []int{1, 32} {
+			name := "store=sqlite/clients=" + strconv.Itoa(clients)
+			if !persist {
+				name = "store=none/clients=" + strconv.Itoa(clients)
+			}
+			b.Run(name, func(b *testing.B) { benchOverhead(b, clients, persist) })
+		}
+	}
+}
+
+// dropEvents is a store that forgets appended events.
+type dropEvents struct{ store.Store }
+
+func (d dropEvents) AppendEvents(ctx context.Context, rid, aid string, evs []store.NewEvent) ([]store.Event, error) {
+	return make([]store.Event, len(evs)), nil
+}
+
+func benchOverhead(b *testing.B, clients int, persist bool) {
+	{
+		{
 			up := zeroUpstream(b)
 			e := newEnv(b, proxy.Config{}, upstreamBackend(b, up.URL))
+			if !persist {
+				e.srv.Config.Handler = proxy.New(proxy.Config{}, dropEvents{e.st}, upstreamBackend(b, up.URL))
+			}
 			// Each client is its own harness: its own rollout attempt.
 			var gw, direct []target
 			var claims []store.Claim
@@ -134,6 +160,9 @@ func BenchmarkOverhead(b *testing.B) {
 			b.ReportMetric(dps, "direct-calls/s")
 			b.ReportMetric(gps, "gw-calls/s")
 			b.ReportMetric(gps/dps, "gw/direct")
+			if !persist {
+				return
+			}
 			got := 0
 			for _, cl := range claims {
 				got += len(e.calls(b, cl))
@@ -141,7 +170,7 @@ func BenchmarkOverhead(b *testing.B) {
 			if got != n+2*clients {
 				b.Fatalf("%d events persisted for %d gateway calls", got, n+2*clients)
 			}
-		})
+		}
 	}
 }
 

@@ -61,9 +61,48 @@ type ccRequest struct {
 	ResponseFormat *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
-	Logprobs    bool `json:"logprobs"`
-	TopLogprobs *int `json:"top_logprobs"`
+	Logprobs         bool            `json:"logprobs"`
+	TopLogprobs      *int            `json:"top_logprobs"`
+	LogitBias        map[string]any  `json:"logit_bias"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	Modalities       []string        `json:"modalities"`
+	Audio            json.RawMessage `json:"audio"`
+	Prediction       json.RawMessage `json:"prediction"`
+	WebSearchOptions json.RawMessage `json:"web_search_options"`
 }
+
+// unsupportedChat rejects Chat Completions parameters the gateway cannot
+// honour (rather than silently ignoring them).
+func (r *ccRequest) unsupported() *apiError {
+	switch {
+	case r.N != nil && *r.N != 1:
+		return unsupported("n", "n=%d is not supported: ask for one choice per call", *r.N)
+	case r.Functions != nil:
+		return unsupported("functions", "the deprecated functions parameter is not supported; use tools")
+	case r.ResponseFormat != nil && r.ResponseFormat.Type != "" && r.ResponseFormat.Type != "text":
+		return unsupported("response_format", "response_format %q is not supported", r.ResponseFormat.Type)
+	case r.Logprobs || (r.TopLogprobs != nil && *r.TopLogprobs > 0):
+		return unsupported("logprobs", "logprobs are recorded by the gateway but not returned to harnesses")
+	case len(r.LogitBias) > 0:
+		return unsupported("logit_bias", "logit_bias is not supported")
+	case r.PresencePenalty != nil && *r.PresencePenalty != 0:
+		return unsupported("presence_penalty", "presence_penalty is not supported (it would change the sampling policy being trained)")
+	case r.FrequencyPenalty != nil && *r.FrequencyPenalty != 0:
+		return unsupported("frequency_penalty", "frequency_penalty is not supported (it would change the sampling policy being trained)")
+	case len(r.Modalities) > 1 || (len(r.Modalities) == 1 && r.Modalities[0] != "text"):
+		return unsupported("modalities", "only the text modality is supported")
+	case isSet(r.Audio):
+		return unsupported("audio", "audio output is not supported")
+	case isSet(r.Prediction):
+		return unsupported("prediction", "predicted outputs are not supported")
+	case isSet(r.WebSearchOptions):
+		return unsupported("web_search_options", "web search is not supported")
+	}
+	return nil
+}
+
+func isSet(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // stopStrings parses "stop": a string or an array of strings.
 func stopStrings(raw json.RawMessage, param string) ([]string, *apiError) {
@@ -110,17 +149,8 @@ func decodeChat(p *Proxy, c *call) *apiError {
 	if e := decodeJSON(c.body, &req); e != nil {
 		return e
 	}
-	if req.N != nil && *req.N != 1 {
-		return unsupported("n", "n=%d is not supported: ask for one choice per call", *req.N)
-	}
-	if req.Functions != nil {
-		return unsupported("functions", "the deprecated functions parameter is not supported; use tools")
-	}
-	if req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text" {
-		return unsupported("response_format", "response_format %q is not supported", req.ResponseFormat.Type)
-	}
-	if req.Logprobs || (req.TopLogprobs != nil && *req.TopLogprobs > 0) {
-		return unsupported("logprobs", "logprobs are recorded by the gateway but not returned to harnesses")
+	if e := req.unsupported(); e != nil {
+		return e
 	}
 	conv := chat.Conversation{Messages: make([]chat.Message, 0, len(req.Messages))}
 	for i := range req.Messages {
