@@ -88,7 +88,10 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 		return e
 	}
 	if req.MaxTokens == nil {
-		return badRequest("max_tokens", "max_tokens: Field required")
+		if !c.countOnly {
+			return badRequest("max_tokens", "max_tokens: Field required")
+		}
+		req.MaxTokens = new(int)
 	}
 	if isSet(req.MCPServers) {
 		return unsupported("mcp_servers", "mcp_servers: MCP connectors are not supported")

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -90,5 +91,26 @@ func TestAnthropicToolLoop(t *testing.T) {
 			}
 			e.checkChain(t, calls, api.ShapeMessages)
 		})
+	}
+}
+
+// TestAnthropicCountTokens: /v1/messages/count_tokens counts the rendered prompt.
+func TestAnthropicCountTokens(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	client := anthropic.NewClient(option.WithBaseURL(base(e.srv, cl)), option.WithAPIKey(cl.Key), option.WithMaxRetries(0))
+	n, err := client.Messages.CountTokens(testCtx(t), anthropic.MessageCountTokensParams{
+		Model:    "claude",
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.tmpl.Render(chat.Conversation{Messages: []chat.Message{{Role: "user", Content: "hello"}}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(n.InputTokens) != len(want) {
+		t.Fatalf("count %d, want %d", n.InputTokens, len(want))
 	}
 }

@@ -472,3 +472,47 @@ func TestConcurrentConversations(t *testing.T) {
 		t.Fatalf("%d calls, %d continued", len(calls), continued)
 	}
 }
+
+// TestReasoning: a reply with reasoning is returned as reasoning_content
+// (OpenAI) or a thinking block (Anthropic), and the next call continues the
+// token state whether the harness sends the reasoning back or drops it.
+func TestReasoning(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	url := base(e.srv, cl) + "/v1/chat/completions"
+	think := chat.Message{Role: chat.RoleAssistant, Reasoning: "I should list files.", ToolCalls: []chat.ToolCall{{Name: "ls", Arguments: "{}"}}}
+	e.eng.push(think, text("done"))
+	tools := []map[string]any{{"type": "function", "function": map[string]any{"name": "ls", "parameters": map[string]any{"type": "object"}}}}
+	msgs := []map[string]any{{"role": "user", "content": "list"}}
+	m := chatTurn(t, url, cl.Key, msgs, map[string]any{"tools": tools})
+	if m["reasoning_content"] != "I should list files." {
+		t.Fatalf("message %v", m)
+	}
+	delete(m, "reasoning_content") // harnesses usually drop it
+	id := m["tool_calls"].([]any)[0].(map[string]any)["id"].(string)
+	msgs = append(msgs, m, map[string]any{"role": "tool", "tool_call_id": id, "content": "a"})
+	chatTurn(t, url, cl.Key, msgs, map[string]any{"tools": tools})
+	calls := e.calls(t, cl)
+	e.checkChain(t, calls, api.ShapeChatCompletions)
+
+	// Anthropic, streaming: the thinking block comes back in the history.
+	e2 := newEnv(t, proxy.Config{}, nil)
+	cl2 := e2.claim(t, store.ModeTrain)
+	e2.eng.push(think, text("done"))
+	body := func(extra string) string {
+		return `{"model":"m","max_tokens":100,"stream":true,"tools":[{"name":"ls","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"list"}` + extra + `]}`
+	}
+	st, _, sse := post(t, "POST", base(e2.srv, cl2)+"/v1/messages", map[string]string{"x-api-key": cl2.Key}, body(""))
+	if st != 200 || !strings.Contains(sse, `"thinking_delta"`) || !strings.Contains(sse, "I should list files.") || !strings.Contains(sse, "event: message_stop") {
+		t.Fatalf("%d %s", st, sse)
+	}
+	i := strings.Index(sse, `"id":"call_`)
+	tid := sse[i+6 : i+6+strings.Index(sse[i+6:], `"`)]
+	st, _, sse = post(t, "POST", base(e2.srv, cl2)+"/v1/messages", map[string]string{"x-api-key": cl2.Key}, body(
+		`,{"role":"assistant","content":[{"type":"thinking","thinking":"I should list files.","signature":""},{"type":"tool_use","id":"`+tid+`","name":"ls","input":{}}]},`+
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"`+tid+`","content":"a"}]}`))
+	if st != 200 || !strings.Contains(sse, "done") {
+		t.Fatalf("%d %s", st, sse)
+	}
+	e2.checkChain(t, e2.calls(t, cl2), api.ShapeMessages)
+}

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/store"
@@ -243,6 +244,8 @@ type call struct {
 	complete *CompleteRequest
 	// aux carries shape-specific request details to the encoder.
 	aux any
+	// countOnly: Anthropic count_tokens (max_tokens not required).
+	countOnly bool
 
 	res *Result
 }
@@ -276,6 +279,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveCall(w, r, t, shapeResponses)
 	case "v1/messages":
 		p.serveCall(w, r, t, shapeMessages)
+	case "v1/messages/count_tokens":
+		p.serveCountTokens(w, r, t)
 	case "v1/models":
 		p.serveModels(w, r, t)
 	case "events":
@@ -557,6 +562,48 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 		return &apiError{Status: http.StatusInternalServerError, Message: "record call: " + err.Error()}
 	}
 	return nil
+}
+
+// TokenCounter is implemented by backends that can count the prompt tokens
+// of a conversation (TokenBackend does); it serves Anthropic's
+// /v1/messages/count_tokens.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, conv chat.Conversation) (int, error)
+}
+
+// serveCountTokens answers Anthropic's POST /v1/messages/count_tokens.
+func (p *Proxy) serveCountTokens(w http.ResponseWriter, r *http.Request, t Target) {
+	if r.Method != http.MethodPost {
+		writeError(w, styleAnthropic, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
+		return
+	}
+	tc, ok := p.backend.(TokenCounter)
+	if !ok {
+		writeError(w, styleAnthropic, &apiError{Status: http.StatusNotFound, Message: "count_tokens is not supported by this model backend"})
+		return
+	}
+	mode, aerr := p.authorize(r.Context(), r, t, false)
+	if aerr != nil {
+		writeError(w, styleAnthropic, aerr)
+		return
+	}
+	c := &call{shape: shapeMessages, target: t, mode: mode, countOnly: true}
+	if c.body, aerr = p.readBody(w, r); aerr != nil {
+		writeError(w, styleAnthropic, aerr)
+		return
+	}
+	if aerr = decodeMessages(p, c); aerr != nil {
+		writeError(w, styleAnthropic, aerr)
+		return
+	}
+	n, err := tc.CountTokens(r.Context(), c.chat.Conv)
+	if err != nil {
+		writeError(w, styleAnthropic, backendError(err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(strconv.AppendInt([]byte(`{"input_tokens":`), int64(n), 10))
+	w.Write([]byte("}"))
 }
 
 // serveModels answers GET /v1/models in OpenAI's or (with an

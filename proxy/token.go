@@ -243,6 +243,16 @@ func (b *TokenBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, err
 	}, nil
 }
 
+// CountTokens implements TokenCounter: the length of the conversation
+// rendered from scratch with the generation prompt.
+func (b *TokenBackend) CountTokens(ctx context.Context, conv chat.Conversation) (int, error) {
+	ids, err := b.template.Render(conv, true)
+	if err != nil {
+		return 0, fmt.Errorf("%w: render: %v", ErrBadRequest, err)
+	}
+	return len(ids), nil
+}
+
 // Complete implements Backend.
 func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Result, error) {
 	if len(req.Stop) > 0 {
