@@ -49,7 +49,10 @@ type TokenBackend struct {
 	codec    Codec
 
 	maxAttempts int
-	ids         atomic.Uint64
+	// maxIDs bounds the token ids held over all attempts.
+	maxIDs   int
+	totalIDs int
+	ids      atomic.Uint64
 
 	mu     sync.Mutex
 	states map[string]*list.Element // attempt key → element of lru (*attemptState)
@@ -62,6 +65,7 @@ const statesPerAttempt = 16
 
 type attemptState struct {
 	key      string
+	ids      int       // token ids held by branches
 	branches []*branch // most recent first
 }
 
@@ -75,12 +79,24 @@ type branch struct {
 
 // NewTokenBackend returns a backend over e and template t. codec may be nil
 // (then /v1/completions accepts only token-id prompts and returns no text).
-// maxAttempts bounds the attempts whose token state is kept (default 4096).
+// maxAttempts bounds the attempts whose token state is kept (default 4096);
+// the state also holds at most DefaultMaxStateIDs token ids in all (see
+// SetMaxStateIDs), least recently used attempts being forgotten first.
 func NewTokenBackend(e engine.TokenEngine, t chat.Template, codec Codec, maxAttempts int) *TokenBackend {
 	if maxAttempts <= 0 {
 		maxAttempts = 4096
 	}
-	return &TokenBackend{engine: e, template: t, codec: codec, maxAttempts: maxAttempts, states: map[string]*list.Element{}}
+	return &TokenBackend{engine: e, template: t, codec: codec, maxAttempts: maxAttempts, maxIDs: DefaultMaxStateIDs, states: map[string]*list.Element{}}
+}
+
+// DefaultMaxStateIDs bounds the token state's memory (4 bytes per id).
+const DefaultMaxStateIDs = 64 << 20
+
+// SetMaxStateIDs changes the bound on token ids kept in the token state.
+func (b *TokenBackend) SetMaxStateIDs(n int) {
+	b.mu.Lock()
+	b.maxIDs = n
+	b.mu.Unlock()
 }
 
 // ModelName implements Backend.
@@ -91,7 +107,7 @@ func (b *TokenBackend) Forget(t Target) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if el, ok := b.states[t.key()]; ok {
-		b.lru.Remove(el)
+		b.totalIDs -= b.lru.Remove(el).(*attemptState).ids
 		delete(b.states, t.key())
 	}
 }
@@ -160,11 +176,6 @@ func (b *TokenBackend) remember(key string, br *branch) {
 	} else {
 		st = &attemptState{key: key}
 		b.states[key] = b.lru.PushFront(st)
-		for b.lru.Len() > b.maxAttempts {
-			old := b.lru.Back()
-			b.lru.Remove(old)
-			delete(b.states, old.Value.(*attemptState).key)
-		}
 	}
 	// A branch this one extends is superseded.
 	kept := st.branches[:0:0]
@@ -178,6 +189,18 @@ func (b *TokenBackend) remember(key string, br *branch) {
 		}
 	}
 	st.branches = kept
+	b.totalIDs -= st.ids
+	st.ids = 0
+	for _, o := range kept {
+		st.ids += len(o.ids)
+	}
+	b.totalIDs += st.ids
+	// Forget the least recently used attempts beyond the bounds.
+	for b.lru.Len() > 1 && (b.lru.Len() > b.maxAttempts || b.totalIDs > b.maxIDs) {
+		old := b.lru.Remove(b.lru.Back()).(*attemptState)
+		delete(b.states, old.key)
+		b.totalIDs -= old.ids
+	}
 }
 
 func (b *TokenBackend) sampling(s engine.Sampling, promptLen int) (engine.Sampling, error) {
