@@ -31,6 +31,7 @@ func TestTokenStateBounds(t *testing.T) {
 	if len(b.states) != 2 {
 		t.Fatal("forget of an unknown attempt changed the state")
 	}
+	b.SetMaxStateIDs(1000)
 	tg := Target{RolloutID: "r", AttemptID: "a"}
 	b.remember(tg.key(), br(3, "1"))
 	b.Forget(tg)
