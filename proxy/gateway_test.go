@@ -506,7 +506,7 @@ func TestReasoning(t *testing.T) {
 	if st != 200 || !strings.Contains(sse, `"thinking_delta"`) || !strings.Contains(sse, "I should list files.") || !strings.Contains(sse, "event: message_stop") {
 		t.Fatalf("%d %s", st, sse)
 	}
-	i := strings.Index(sse, `"id":"call_`)
+	i := strings.Index(sse, `"id":"toolu_`)
 	tid := sse[i+6 : i+6+strings.Index(sse[i+6:], `"`)]
 	st, _, sse = post(t, "POST", base(e2.srv, cl2)+"/v1/messages", map[string]string{"x-api-key": cl2.Key}, body(
 		`,{"role":"assistant","content":[{"type":"thinking","thinking":"I should list files.","signature":""},{"type":"tool_use","id":"`+tid+`","name":"ls","input":{}}]},`+
@@ -515,4 +515,23 @@ func TestReasoning(t *testing.T) {
 		t.Fatalf("%d %s", st, sse)
 	}
 	e2.checkChain(t, e2.calls(t, cl2), api.ShapeMessages)
+}
+
+// TestToolCallIDsUnique: identical replies still get distinct tool call ids.
+func TestToolCallIDsUnique(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	url := base(e.srv, cl) + "/v1/chat/completions"
+	e.eng.push(toolCall("ls", "{}"), toolCall("ls", "{}"))
+	tools := map[string]any{"tools": []map[string]any{{"type": "function", "function": map[string]any{"name": "ls"}}}}
+	msgs := []map[string]any{{"role": "user", "content": "go"}}
+	m1 := chatTurn(t, url, cl.Key, msgs, tools)
+	id1 := m1["tool_calls"].([]any)[0].(map[string]any)["id"].(string)
+	msgs = append(msgs, m1, map[string]any{"role": "tool", "tool_call_id": id1, "content": "a"})
+	m2 := chatTurn(t, url, cl.Key, msgs, tools)
+	id2 := m2["tool_calls"].([]any)[0].(map[string]any)["id"].(string)
+	if id1 == id2 || !strings.HasPrefix(id1, "call_") {
+		t.Fatalf("tool call ids %q, %q", id1, id2)
+	}
+	e.checkChain(t, e.calls(t, cl), api.ShapeChatCompletions)
 }

@@ -49,6 +49,7 @@ type TokenBackend struct {
 	codec    Codec
 
 	maxAttempts int
+	tag         string // random per backend: tool call ids stay unique across restarts
 	// maxIDs bounds the token ids held over all attempts.
 	maxIDs   int
 	totalIDs int
@@ -86,7 +87,7 @@ func NewTokenBackend(e engine.TokenEngine, t chat.Template, codec Codec, maxAtte
 	if maxAttempts <= 0 {
 		maxAttempts = 4096
 	}
-	return &TokenBackend{engine: e, template: t, codec: codec, maxAttempts: maxAttempts, maxIDs: DefaultMaxStateIDs, states: map[string]*list.Element{}}
+	return &TokenBackend{engine: e, template: t, codec: codec, maxAttempts: maxAttempts, maxIDs: DefaultMaxStateIDs, tag: randSuffix(), states: map[string]*list.Element{}}
 }
 
 // DefaultMaxStateIDs bounds the token state's memory (4 bytes per id).
@@ -245,10 +246,15 @@ func (b *TokenBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, err
 		return nil, fmt.Errorf("parse reply: %w", err)
 	}
 	msg.Role = chat.RoleAssistant
+	// Tool call ids are unique per call (the template's may repeat when a
+	// reply repeats, which confuses harnesses keyed by id); templates do
+	// not render them, so replacing them keeps the token state exact.
+	prefix := req.ToolIDPrefix
+	if prefix == "" {
+		prefix = "call_"
+	}
 	for i := range msg.ToolCalls {
-		if msg.ToolCalls[i].ID == "" {
-			msg.ToolCalls[i].ID = req.ToolIDPrefix + strconv.FormatUint(b.ids.Add(1), 36) + randSuffix()
-		}
+		msg.ToolCalls[i].ID = prefix + b.tag + strconv.FormatUint(b.ids.Add(1), 36)
 	}
 	if res.FinishReason == engine.FinishStop {
 		msgs := make([]chat.Message, len(req.Conv.Messages)+1)
