@@ -209,3 +209,64 @@ func TestOpenAIResponsesToolLoop(t *testing.T) {
 		})
 	}
 }
+
+// TestResponsesCustomTool: a freeform (custom) tool, as Codex declares
+// apply_patch, round-trips as custom_tool_call items, streaming and not.
+func TestResponsesCustomTool(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		e := newEnv(t, proxy.Config{}, nil)
+		cl := e.claim(t, store.ModeTrain)
+		patch := "*** Begin Patch\n*** Add File: a.txt\n+hi \"there\"\n*** End Patch"
+		e.eng.push(toolCall("apply_patch", mustJSON(t, map[string]string{"input": patch})), text("Patched."))
+		client := openai.NewClient(option.WithBaseURL(base(e.srv, cl)+"/v1"), option.WithAPIKey(cl.Key), option.WithMaxRetries(0))
+		ctx := testCtx(t)
+		input := responses.ResponseInputParam{responses.ResponseInputItemParamOfMessage("Add a.txt", responses.EasyInputMessageRoleUser)}
+		params := func() responses.ResponseNewParams {
+			return responses.ResponseNewParams{Model: "gpt-5-codex", Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input},
+				Tools: []responses.ToolUnionParam{{OfCustom: &responses.CustomToolParam{Name: "apply_patch"}}}}
+		}
+		turn := func() *responses.Response {
+			if !stream {
+				r, err := client.Responses.New(ctx, params())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			s := client.Responses.NewStreaming(ctx, params())
+			var final *responses.Response
+			var delta string
+			for s.Next() {
+				switch ev := s.Current(); ev.Type {
+				case "response.completed":
+					r := ev.Response
+					final = &r
+				case "response.custom_tool_call_input.delta":
+					delta += ev.Delta
+				}
+			}
+			if err := s.Err(); err != nil || final == nil {
+				t.Fatalf("stream: %v", err)
+			}
+			if len(final.Output) > 0 && final.Output[0].Type == "custom_tool_call" && delta != patch {
+				t.Errorf("streamed input %q", delta)
+			}
+			return final
+		}
+		r := turn()
+		if len(r.Output) != 1 || r.Output[0].Type != "custom_tool_call" {
+			t.Fatalf("output %s", r.RawJSON())
+		}
+		ctc := r.Output[0].AsCustomToolCall()
+		if ctc.Input != patch || ctc.Name != "apply_patch" {
+			t.Fatalf("custom call %+v", ctc)
+		}
+		input = append(input,
+			responses.ResponseInputItemUnionParam{OfCustomToolCall: &responses.ResponseCustomToolCallParam{CallID: ctc.CallID, Name: ctc.Name, Input: ctc.Input}},
+			responses.ResponseInputItemUnionParam{OfCustomToolCallOutput: &responses.ResponseCustomToolCallOutputParam{CallID: ctc.CallID, Output: responses.ResponseCustomToolCallOutputOutputUnionParam{OfString: openai.String("Done!")}}})
+		if r = turn(); r.OutputText() != "Patched." {
+			t.Fatalf("final %s", r.RawJSON())
+		}
+		e.checkChain(t, e.calls(t, cl), api.ShapeResponses)
+	}
+}

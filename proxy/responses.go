@@ -19,6 +19,7 @@ type rsItem struct {
 	CallID    string          `json:"call_id"`
 	Name      string          `json:"name"`
 	Arguments string          `json:"arguments"`
+	Input     string          `json:"input"`
 	Output    json.RawMessage `json:"output"`
 	Summary   []struct {
 		Text string `json:"text"`
@@ -134,7 +135,12 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 				for _, s := range it.Summary {
 					cur.Reasoning += s.Text
 				}
-			case "function_call_output":
+			case "custom_tool_call":
+				if cur == nil {
+					cur = &chat.Message{Role: chat.RoleAssistant}
+				}
+				cur.ToolCalls = append(cur.ToolCalls, chat.ToolCall{ID: it.CallID, Name: it.Name, Arguments: customArgs(it.Input)})
+			case "function_call_output", "custom_tool_call_output":
 				flush()
 				out, e := textOf(it.Output, param+".output")
 				if e != nil {
@@ -147,12 +153,24 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 		}
 		flush()
 	}
+	var custom map[string]bool
 	for i, t := range req.Tools {
-		if t.Type != "function" {
-			return unsupported("tools["+strconv.Itoa(i)+"].type", "tool type %q is not supported (function only)", t.Type)
+		switch t.Type {
+		case "function":
+			conv.Tools = append(conv.Tools, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		case "custom":
+			// A freeform tool (Codex's apply_patch): to the model, a function
+			// taking one string, "input".
+			if custom == nil {
+				custom = map[string]bool{}
+			}
+			custom[t.Name] = true
+			conv.Tools = append(conv.Tools, chat.Tool{Name: t.Name, Description: t.Description, Parameters: json.RawMessage(customParams)})
+		default:
+			return unsupported("tools["+strconv.Itoa(i)+"].type", "tool type %q is not supported (function and custom only)", t.Type)
 		}
-		conv.Tools = append(conv.Tools, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 	}
+	c.aux = &rsAux{custom: custom}
 	drop, e := toolChoiceDropsTools(req.ToolChoice)
 	if e != nil {
 		return e
@@ -203,6 +221,7 @@ type rsOutItem struct {
 	CallID    string      `json:"call_id,omitempty"`
 	Name      string      `json:"name,omitempty"`
 	Arguments *string     `json:"arguments,omitempty"`
+	Input     *string     `json:"input,omitempty"`
 }
 
 // MarshalJSON keeps the arrays a type requires even when empty.
@@ -259,7 +278,28 @@ type rsResponse struct {
 }
 
 type rsAux struct {
-	items []rsOutItem
+	// custom names the request's freeform (custom) tools.
+	custom map[string]bool
+	items  []rsOutItem
+}
+
+// customParams is the schema a freeform tool gets in the prompt.
+const customParams = `{"type":"object","properties":{"input":{"type":"string"}},"required":["input"]}`
+
+// customArgs wraps a freeform tool's input as function arguments.
+func customArgs(input string) string {
+	return string(appendJSONString([]byte(`{"input":`), input)) + "}"
+}
+
+// customInput unwraps a freeform tool call's input from its arguments.
+func customInput(args string) string {
+	var a struct {
+		Input *string `json:"input"`
+	}
+	if json.Unmarshal([]byte(args), &a) == nil && a.Input != nil {
+		return *a.Input
+	}
+	return args
 }
 
 func rsOutput(p *Proxy, c *call) []rsOutItem {
@@ -272,7 +312,13 @@ func rsOutput(p *Proxy, c *call) []rsOutItem {
 		out = append(out, rsOutItem{Type: "message", ID: "msg_" + c.id[len("resp_"):], Status: "completed", Role: chat.RoleAssistant,
 			Content: []rsPart{{Type: "output_text", Text: r.Message.Content, Annotations: []any{}, Logprobs: []any{}}}})
 	}
+	custom := c.aux.(*rsAux).custom
 	for i, tc := range r.Message.ToolCalls {
+		if custom[tc.Name] {
+			in := customInput(tc.Arguments)
+			out = append(out, rsOutItem{Type: "custom_tool_call", ID: "ctc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Input: &in})
+			continue
+		}
 		args := tc.Arguments
 		out = append(out, rsOutItem{Type: "function_call", ID: "fc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Arguments: &args})
 	}
@@ -301,7 +347,7 @@ func (c *call) rsResponse(status string, output []rsOutItem) *rsResponse {
 
 func encodeResponses(p *Proxy, c *call) ([]byte, error) {
 	items := rsOutput(p, c)
-	c.aux = &rsAux{items: items}
+	c.aux.(*rsAux).items = items
 	return json.Marshal(c.rsResponse("completed", items))
 }
 
@@ -334,6 +380,11 @@ func streamResponses(p *Proxy, c *call, buf []byte) []byte {
 			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "function_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Arguments: &empty}})
 			ev("response.function_call_arguments.delta", map[string]any{"item_id": it.ID, "output_index": oi, "delta": *it.Arguments})
 			ev("response.function_call_arguments.done", map[string]any{"item_id": it.ID, "output_index": oi, "name": it.Name, "arguments": *it.Arguments})
+		case "custom_tool_call":
+			empty := ""
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "custom_tool_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Input: &empty}})
+			ev("response.custom_tool_call_input.delta", map[string]any{"item_id": it.ID, "output_index": oi, "delta": *it.Input})
+			ev("response.custom_tool_call_input.done", map[string]any{"item_id": it.ID, "output_index": oi, "input": *it.Input})
 		}
 		ev("response.output_item.done", map[string]any{"output_index": oi, "item": it})
 	}
