@@ -203,7 +203,6 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 	if req.TopK != nil {
 		s.TopK = *req.TopK
 	}
-	c.requested = req.Model
 	model := req.Model
 	p.applyOverrides(c, &model, &s, req.Temperature != nil)
 	c.stream = req.Stream

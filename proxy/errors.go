@@ -42,13 +42,9 @@ func unsupported(param, format string, args ...any) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...), Param: param, Code: "unsupported_parameter"}
 }
 
-// errUnsupported is what backends wrap for a request feature they cannot
-// serve; the proxy maps it to a 400.
-var errUnsupported = errors.New("unsupported")
-
 // ErrUnsupported is returned (wrapped) by a Backend for a request it cannot
 // serve as asked (stop strings on a token engine, …): the caller gets a 400.
-var ErrUnsupported = errUnsupported
+var ErrUnsupported = errors.New("unsupported")
 
 // ErrBadRequest is returned (wrapped) by a Backend for an invalid request
 // (prompt longer than the context, …): the caller gets a 400.

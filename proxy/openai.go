@@ -227,7 +227,6 @@ func decodeChat(p *Proxy, c *call) *apiError {
 	if req.Seed != nil {
 		s.Seed = uint64(*req.Seed)
 	}
-	c.requested = req.Model
 	model := req.Model
 	p.applyOverrides(c, &model, &s, req.Temperature != nil)
 	c.stream = req.Stream
@@ -432,7 +431,6 @@ func decodeCompletion(p *Proxy, c *call) *apiError {
 	if req.Seed != nil {
 		s.Seed = uint64(*req.Seed)
 	}
-	c.requested = req.Model
 	cr.Model = req.Model
 	p.applyOverrides(c, &cr.Model, s, req.Temperature != nil)
 	c.stream = req.Stream

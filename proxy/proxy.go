@@ -237,8 +237,6 @@ type call struct {
 
 	stream       bool
 	includeUsage bool
-	// requested is the model name the harness asked for.
-	requested string
 
 	chat     *ChatRequest
 	complete *CompleteRequest

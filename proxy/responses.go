@@ -191,7 +191,6 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 	if req.MaxOutputTokens != nil {
 		s.MaxTokens = *req.MaxOutputTokens
 	}
-	c.requested = req.Model
 	model := req.Model
 	p.applyOverrides(c, &model, &s, req.Temperature != nil)
 	c.stream = req.Stream
