@@ -99,25 +99,38 @@ func writeError(w http.ResponseWriter, style errorStyle, e *apiError) {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	w.WriteHeader(e.Status)
+	w.Write(errorBody(style, e))
+}
+
+// errorBody is e's JSON body in the given style.
+func errorBody(style errorStyle, e *apiError) []byte {
 	b := make([]byte, 0, 128+len(e.Message))
 	if style == styleAnthropic {
 		b = append(b, `{"type":"error","error":{"type":`...)
 		b = strconv.AppendQuote(b, anthropicType(e.Status))
 		b = append(b, `,"message":`...)
 		b = appendJSONString(b, e.Message)
-		b = append(b, "}}"...)
-	} else {
-		b = append(b, `{"error":{"message":`...)
-		b = appendJSONString(b, e.Message)
-		b = append(b, `,"type":`...)
-		b = strconv.AppendQuote(b, openAIType(e.Status))
-		b = append(b, `,"param":`...)
-		b = appendNullableString(b, e.Param)
-		b = append(b, `,"code":`...)
-		b = appendNullableString(b, e.Code)
-		b = append(b, "}}"...)
+		return append(b, "}}"...)
 	}
-	w.Write(b)
+	b = append(b, `{"error":{"message":`...)
+	b = appendJSONString(b, e.Message)
+	b = append(b, `,"type":`...)
+	b = strconv.AppendQuote(b, openAIType(e.Status))
+	b = append(b, `,"param":`...)
+	b = appendNullableString(b, e.Param)
+	b = append(b, `,"code":`...)
+	b = appendNullableString(b, e.Code)
+	return append(b, "}}"...)
+}
+
+// appendSSEError appends e as a stream error event, for errors after a
+// stream has started: OpenAI's data-only error object, Anthropic's
+// "error" event.
+func appendSSEError(b []byte, style errorStyle, e *apiError) []byte {
+	if style == styleAnthropic {
+		return appendSSEEvent(b, "error", errorBody(style, e))
+	}
+	return appendSSEData(b, errorBody(style, e))
 }
 
 func appendNullableString(b []byte, s string) []byte {

@@ -535,3 +535,44 @@ func TestToolCallIDsUnique(t *testing.T) {
 	}
 	e.checkChain(t, e.calls(t, cl), api.ShapeChatCompletions)
 }
+
+// TestStreamKeepAlive: a slow streaming call gets SSE comments while it
+// waits (the SDKs ignore them); a failure after the stream started arrives
+// as an in-stream error event.
+func TestStreamKeepAlive(t *testing.T) {
+	e := newEnv(t, proxy.Config{StreamKeepAlive: 5 * time.Millisecond}, nil)
+	e.eng.gate = make(chan struct{})
+	cl := e.claim(t, store.ModeTrain)
+	release := func() {
+		time.Sleep(40 * time.Millisecond)
+		e.eng.gate <- struct{}{}
+	}
+	// Raw: comments, then the stream.
+	e.eng.push(text("slow answer"))
+	go release()
+	st, hdr, body := post(t, "POST", base(e.srv, cl)+"/v1/chat/completions", bearer(cl.Key), `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if st != 200 || hdr.Get("Content-Type") != "text/event-stream" || !strings.HasPrefix(body, ": keep-alive\n\n") || !strings.Contains(body, "slow answer") || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Fatalf("%d %q", st, body)
+	}
+	// SDKs: comments ignored.
+	e.eng.push(text("slow again"))
+	go release()
+	client := openai.NewClient(option.WithBaseURL(base(e.srv, cl)+"/v1"), option.WithAPIKey(cl.Key), option.WithMaxRetries(0))
+	s := client.Chat.Completions.NewStreaming(testCtx(t), openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	acc := openai.ChatCompletionAccumulator{}
+	for s.Next() {
+		acc.AddChunk(s.Current())
+	}
+	if err := s.Err(); err != nil || acc.Choices[0].Message.Content != "slow again" {
+		t.Fatalf("%v %+v", err, acc.Choices)
+	}
+	// Failure after the stream started: an in-stream error (no reply scripted).
+	go release()
+	st, _, body = post(t, "POST", base(e.srv, cl)+"/v1/messages", map[string]string{"x-api-key": cl.Key}, `{"model":"m","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if st != 200 || !strings.Contains(body, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\"") {
+		t.Fatalf("%d %q", st, body)
+	}
+	if n := len(e.calls(t, cl)); n != 2 {
+		t.Fatalf("%d events", n)
+	}
+}

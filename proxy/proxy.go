@@ -74,6 +74,12 @@ type Config struct {
 	// that ended meanwhile is still refused: the event append checks that
 	// it is running, so such a call gets 409 (after the engine ran).
 	AuthCacheTTL time.Duration `json:"auth_cache_ttl,omitempty" yaml:"auth_cache_ttl,omitempty"`
+	// StreamKeepAlive: a streaming call whose answer takes longer than this
+	// starts its stream (200, event-stream) and sends an SSE comment every
+	// StreamKeepAlive until the answer is ready, so that clients with idle
+	// timeouts do not give up on long generations; errors after that point
+	// arrive as in-stream error events (default 15s; negative disables).
+	StreamKeepAlive time.Duration `json:"stream_keep_alive,omitempty" yaml:"stream_keep_alive,omitempty"`
 }
 
 func (c Config) withDefaults() Config {
@@ -88,6 +94,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AuthCacheTTL == 0 {
 		c.AuthCacheTTL = time.Second
+	}
+	if c.StreamKeepAlive == 0 {
+		c.StreamKeepAlive = 15 * time.Second
 	}
 	return c
 }
@@ -463,6 +472,17 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	c.created = c.start.Unix()
 	c.id = p.newID(sh.idPrefix)
 
+	var ka *keepAlive
+	if c.stream && p.cfg.StreamKeepAlive > 0 {
+		ka = startKeepAlive(w, p.cfg.StreamKeepAlive)
+	}
+	fail := func(e *apiError) {
+		if ka.stop() {
+			w.Write(appendSSEError(nil, sh.style, e))
+			return
+		}
+		writeError(w, sh.style, e)
+	}
 	bctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	var err error
 	if c.chat != nil {
@@ -474,7 +494,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	}
 	cancel()
 	if err != nil {
-		writeError(w, sh.style, backendError(err))
+		fail(backendError(err))
 		return
 	}
 	if c.res.Model == "" {
@@ -482,13 +502,14 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	}
 	resp, err := sh.encode(p, c)
 	if err != nil {
-		writeError(w, sh.style, &apiError{Status: http.StatusInternalServerError, Message: "encode response: " + err.Error()})
+		fail(&apiError{Status: http.StatusInternalServerError, Message: "encode response: " + err.Error()})
 		return
 	}
 	if aerr := p.record(ctx, c, resp); aerr != nil {
-		writeError(w, sh.style, aerr)
+		fail(aerr)
 		return
 	}
+	started := ka.stop()
 	h := w.Header()
 	if !c.stream {
 		h.Set("Content-Type", "application/json")
@@ -496,14 +517,68 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		w.Write(resp)
 		return
 	}
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	if !started {
+		setSSEHeaders(h)
+	}
 	out := sh.stream(p, c, make([]byte, 0, 2*len(resp)+512))
 	w.Write(out)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+func setSSEHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+}
+
+// keepAlive sends SSE comments on a stream while its answer is computed.
+type keepAlive struct {
+	done    chan struct{}
+	exited  chan struct{}
+	started bool // the stream's headers were sent; read after exited
+}
+
+func startKeepAlive(w http.ResponseWriter, every time.Duration) *keepAlive {
+	k := &keepAlive{done: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		defer close(k.exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-k.done:
+				return
+			case <-t.C:
+				if !k.started {
+					setSSEHeaders(w.Header())
+					w.WriteHeader(http.StatusOK)
+					k.started = true
+				}
+				w.Write([]byte(": keep-alive\n\n"))
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
+				}
+			}
+		}
+	}()
+	return k
+}
+
+// stop ends the keep-alives (once; nil-safe) and reports whether the
+// stream was started.
+func (k *keepAlive) stop() bool {
+	if k == nil {
+		return false
+	}
+	select {
+	case <-k.exited:
+	default:
+		close(k.done)
+		<-k.exited
+	}
+	return k.started
 }
 
 // backendError maps a Backend error to an API error.
