@@ -266,6 +266,9 @@ func TestTokenState(t *testing.T) {
 	e.eng.push(toolCall("ls", `{}`), text("done"), text("again"), text("tools"), text("this reply is long"), text("after"))
 	msgs := []map[string]any{{"role": "user", "content": "list"}}
 	m := chatTurn(t, url, cl.Key, msgs, map[string]any{"tools": tools})
+	if content, ok := m["content"]; !ok || content != nil {
+		t.Fatalf("tool-call message content %v (present %v), want null", content, ok)
+	}
 	id := m["tool_calls"].([]any)[0].(map[string]any)["id"].(string)
 	msgs = append(msgs, m, map[string]any{"role": "tool", "tool_call_id": id, "content": "a b"})
 	chatTurn(t, url, cl.Key, msgs, map[string]any{"tools": tools}) // continued

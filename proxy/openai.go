@@ -248,9 +248,18 @@ type ccOutMessage struct {
 	ToolCalls        []ccToolCall `json:"tool_calls,omitempty"`
 }
 
+// ccFullMessage is a non-streamed message: content is null, not absent,
+// when there is none (as OpenAI answers; harnesses read it unguarded).
+type ccFullMessage struct {
+	Role             string       `json:"role"`
+	Content          *string      `json:"content"`
+	ReasoningContent string       `json:"reasoning_content,omitempty"`
+	ToolCalls        []ccToolCall `json:"tool_calls,omitempty"`
+}
+
 type ccChoice struct {
-	Index        int           `json:"index"`
-	Message      *ccOutMessage `json:"message,omitempty"`
+	Index        int            `json:"index"`
+	Message      *ccFullMessage `json:"message,omitempty"`
 	Delta        *ccOutMessage `json:"delta,omitempty"`
 	Text         *string       `json:"text,omitempty"`
 	Logprobs     *struct{}     `json:"logprobs"`
@@ -284,7 +293,7 @@ func chatFinish(r *Result) string {
 
 func encodeChat(p *Proxy, c *call) ([]byte, error) {
 	r := c.res
-	msg := &ccOutMessage{Role: chat.RoleAssistant, ReasoningContent: r.Message.Reasoning}
+	msg := &ccFullMessage{Role: chat.RoleAssistant, ReasoningContent: r.Message.Reasoning}
 	if r.Message.Content != "" || len(r.Message.ToolCalls) == 0 {
 		s := r.Message.Content
 		msg.Content = &s
