@@ -64,7 +64,13 @@ type Trainer struct {
 	params, mom, vel []*tensors.Tensor
 	step             int64
 
-	sftExec, pgExec *Exec
+	sftExec, pgExec                  *Exec
+	accSFTExec, accPGExec, applyExec *Exec
+
+	// acc holds accumulated gradients (device layout) between
+	// Accumulate* calls and ApplyGradients; nil when empty.
+	acc       []*tensors.Tensor
+	accTokens int
 }
 
 // NewTrainer starts training from w with fresh optimizer state.
@@ -111,23 +117,57 @@ func (t *Trainer) compile() error {
 		}
 	}
 	var err error
-	t.sftExec, err = NewExec(t.m.backend, build(func(g *Graph, logp, ent *Node, extra []*Node) (*Node, []*Node) {
-		return Neg(ReduceAllSum(Mul(logp, extra[0]))), nil
-	}))
+	t.sftExec, err = NewExec(t.m.backend, build(sftLoss))
 	if err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
-	t.pgExec, err = NewExec(t.m.backend, build(func(g *Graph, logp, ent *Node, x []*Node) (*Node, []*Node) {
-		return policyLoss(policyLossInputs{logp: logp, entropy: ent,
-			w: x[0], mask: x[1], behavior: x[2], old: x[3], ref: x[4], adv: x[5],
-			clipLow: x[6], clipHigh: x[7], dual: x[8], tis: x[9], klCoef: x[10], klK3: x[11], entCoef: x[12], clamp: x[13], hasOld: x[14]})
-	}))
+	t.pgExec, err = NewExec(t.m.backend, build(pgLoss))
 	if err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
-	t.sftExec.SetMaxCache(256)
-	t.pgExec.SetMaxCache(256)
+	// Accumulation graphs: params, acc[n], batch... -> acc+grads, loss, stats.
+	buildAcc := func(lossFn func(g *Graph, logp, ent *Node, extra []*Node) (*Node, []*Node)) func(g *Graph, ins []*Node) []*Node {
+		return func(g *Graph, ins []*Node) []*Node {
+			params, acc, rest := ins[:n], ins[n:2*n], ins[2*n:]
+			logp, ent := newNet(cfg, params).tokenLogProbs(rest[0])
+			loss, stats := lossFn(g, logp, ent, rest[1:])
+			grads := Gradient(loss, params...)
+			outs := make([]*Node, 0, n+1+len(stats))
+			for i := range grads {
+				outs = append(outs, Add(acc[i], grads[i]))
+			}
+			return append(append(outs, loss), stats...)
+		}
+	}
+	if t.accSFTExec, err = NewExec(t.m.backend, buildAcc(sftLoss)); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	if t.accPGExec, err = NewExec(t.m.backend, buildAcc(pgLoss)); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	// apply(params, m, v, acc, scalars) -> params', m', v', grad norm.
+	t.applyExec, err = NewExec(t.m.backend, func(g *Graph, ins []*Node) []*Node {
+		params, mom, vel, acc := ins[:n], ins[n:2*n], ins[2*n:3*n], ins[3*n:4*n]
+		newP, newM, newV, gnorm := adamW(params, mom, vel, acc, ins[4*n:4*n+numOptScalars])
+		return append(append(append(newP, newM...), newV...), gnorm)
+	})
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	for _, e := range []*Exec{t.sftExec, t.pgExec, t.accSFTExec, t.accPGExec} {
+		e.SetMaxCache(256)
+	}
 	return nil
+}
+
+func sftLoss(g *Graph, logp, ent *Node, extra []*Node) (*Node, []*Node) {
+	return Neg(ReduceAllSum(Mul(logp, extra[0]))), nil
+}
+
+func pgLoss(g *Graph, logp, ent *Node, x []*Node) (*Node, []*Node) {
+	return policyLoss(policyLossInputs{logp: logp, entropy: ent,
+		w: x[0], mask: x[1], behavior: x[2], old: x[3], ref: x[4], adv: x[5],
+		clipLow: x[6], clipHigh: x[7], dual: x[8], tis: x[9], klCoef: x[10], klK3: x[11], entCoef: x[12], clamp: x[13], hasOld: x[14]})
 }
 
 // adamW clips gradients by global norm and applies one decoupled-weight-
@@ -212,14 +252,8 @@ func (t *Trainer) run(ctx context.Context, exec *Exec, args []any, b *Batch) (St
 		return StepStats{}, fmt.Errorf("model: train step: %w", err)
 	}
 	n := len(t.params)
-	for _, old := range [][]*tensors.Tensor{t.params, t.mom, t.vel} {
-		for _, x := range old {
-			x.FinalizeAll()
-		}
-	}
-	t.params, t.mom, t.vel = outs[:n], outs[n:2*n], outs[2*n:3*n]
-	t.step++
-	st := StepStats{Step: t.step}
+	t.install(outs)
+	st := StepStats{Step: t.step, Tokens: countTokens(b)}
 	st.Loss = float64(tensors.ToScalar[float32](outs[3*n]))
 	st.GradNorm = float64(tensors.ToScalar[float32](outs[3*n+1]))
 	if len(outs) >= 3*n+5 {
@@ -227,41 +261,167 @@ func (t *Trainer) run(ctx context.Context, exec *Exec, args []any, b *Batch) (St
 		st.ClipFrac = float64(tensors.ToScalar[float32](outs[3*n+3]))
 		st.ApproxKL = float64(tensors.ToScalar[float32](outs[3*n+4]))
 	}
-	for _, r := range b.Weights {
-		for j, w := range r {
-			if j > 0 && w != 0 {
-				st.Tokens++
-			}
+	return st, nil
+}
+
+// install takes new params, m, v from a step's outputs and counts the step.
+func (t *Trainer) install(outs []*tensors.Tensor) {
+	n := len(t.params)
+	for _, old := range [][]*tensors.Tensor{t.params, t.mom, t.vel} {
+		for _, x := range old {
+			x.FinalizeAll()
 		}
 	}
-	return st, nil
+	t.params, t.mom, t.vel = outs[:n], outs[n:2*n], outs[2*n:3*n]
+	t.step++
 }
 
 // StepSFT takes one AdamW step on the weighted cross-entropy
 // −Σ w_t·log p(token t).
 func (t *Trainer) StepSFT(ctx context.Context, b *Batch) (StepStats, error) {
-	rows, cols, err := t.shape(b)
+	ba, err := t.sftArgs(b)
 	if err != nil {
 		return StepStats{}, err
 	}
-	args := append(t.optArgs(), tensors.FromFlatDataAndDimensions(padIDs(b.IDs, rows, cols), rows, cols), pad2(b.Weights, rows, cols))
-	return t.run(ctx, t.sftExec, args, b)
+	return t.run(ctx, t.sftExec, append(t.optArgs(), ba...), b)
 }
 
 // StepPolicy takes one AdamW step on the policy-gradient loss (see
 // policyLoss; it matches samples.PolicyLoss).
 func (t *Trainer) StepPolicy(ctx context.Context, b *Batch, lc PolicyLossConfig) (StepStats, error) {
-	rows, cols, err := t.shape(b)
+	ba, err := t.pgArgs(b, lc)
 	if err != nil {
 		return StepStats{}, err
 	}
-	for name, x := range map[string][][]float32{"mask": b.Mask, "behavior": b.Behavior, "advantages": b.Advantages} {
+	return t.run(ctx, t.pgExec, append(t.optArgs(), ba...), b)
+}
+
+// AccumulateSFT adds the gradient of b's SFT loss to the accumulated
+// gradients, for batches too large for one pass: weights must already be
+// normalized over the whole (accumulated) batch. ApplyGradients then takes
+// the step. The returned stats are b's (Step and GradNorm unset).
+func (t *Trainer) AccumulateSFT(ctx context.Context, b *Batch) (StepStats, error) {
+	ba, err := t.sftArgs(b)
+	if err != nil {
+		return StepStats{}, err
+	}
+	return t.accumulate(ctx, t.accSFTExec, ba, b)
+}
+
+// AccumulatePolicy is AccumulateSFT for the policy-gradient loss.
+func (t *Trainer) AccumulatePolicy(ctx context.Context, b *Batch, lc PolicyLossConfig) (StepStats, error) {
+	ba, err := t.pgArgs(b, lc)
+	if err != nil {
+		return StepStats{}, err
+	}
+	return t.accumulate(ctx, t.accPGExec, ba, b)
+}
+
+func (t *Trainer) accumulate(ctx context.Context, exec *Exec, batchArgs []any, b *Batch) (StepStats, error) {
+	if err := ctx.Err(); err != nil {
+		return StepStats{}, err
+	}
+	n := len(t.params)
+	if t.acc == nil {
+		for _, spec := range t.m.cfg.Params() {
+			t.acc = append(t.acc, tensors.FromShape(shapes.Make(dtypes.Float32, deviceShape(spec)...)))
+		}
+	}
+	args := make([]any, 0, 2*n+len(batchArgs))
+	for _, x := range t.params {
+		args = append(args, x)
+	}
+	for _, x := range t.acc {
+		args = append(args, x)
+	}
+	outs, err := exec.Call(append(args, batchArgs...)...)
+	if err != nil {
+		return StepStats{}, fmt.Errorf("model: accumulate: %w", err)
+	}
+	for i := range t.acc {
+		t.acc[i].FinalizeAll()
+		t.acc[i] = outs[i]
+	}
+	st := StepStats{Step: t.step, Loss: float64(tensors.ToScalar[float32](outs[n])), Tokens: countTokens(b)}
+	if len(outs) >= n+4 {
+		st.EntropyMean = float64(tensors.ToScalar[float32](outs[n+1]))
+		st.ClipFrac = float64(tensors.ToScalar[float32](outs[n+2]))
+		st.ApproxKL = float64(tensors.ToScalar[float32](outs[n+3]))
+	}
+	t.accTokens += st.Tokens
+	return st, nil
+}
+
+// ApplyGradients takes one AdamW step with the accumulated gradients and
+// clears them. Loss in the stats is 0 (the micro-batches reported theirs).
+func (t *Trainer) ApplyGradients(ctx context.Context) (StepStats, error) {
+	if t.acc == nil {
+		return StepStats{}, errors.New("model: no accumulated gradients")
+	}
+	if err := ctx.Err(); err != nil {
+		return StepStats{}, err
+	}
+	n := len(t.params)
+	all := t.optArgs() // params, m, v, scalars
+	args := append(append([]any{}, all[:3*n]...), accArgs(t.acc)...)
+	args = append(args, all[3*n:]...)
+	outs, err := t.applyExec.Call(args...)
+	if err != nil {
+		return StepStats{}, fmt.Errorf("model: apply gradients: %w", err)
+	}
+	t.install(outs)
+	for _, x := range t.acc {
+		x.FinalizeAll()
+	}
+	t.acc = nil
+	st := StepStats{Step: t.step, GradNorm: float64(tensors.ToScalar[float32](outs[3*n])), Tokens: t.accTokens}
+	t.accTokens = 0
+	return st, nil
+}
+
+func accArgs(acc []*tensors.Tensor) []any {
+	a := make([]any, len(acc))
+	for i, x := range acc {
+		a[i] = x
+	}
+	return a
+}
+
+func countTokens(b *Batch) int {
+	n := 0
+	for _, r := range b.Weights {
+		for j, w := range r {
+			if j > 0 && w != 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (t *Trainer) sftArgs(b *Batch) ([]any, error) {
+	rows, cols, err := t.shape(b)
+	if err != nil {
+		return nil, err
+	}
+	return []any{tensors.FromFlatDataAndDimensions(padIDs(b.IDs, rows, cols), rows, cols), pad2(b.Weights, rows, cols)}, nil
+}
+
+func (t *Trainer) pgArgs(b *Batch, lc PolicyLossConfig) ([]any, error) {
+	rows, cols, err := t.shape(b)
+	if err != nil {
+		return nil, err
+	}
+	for name, x := range map[string][][]float32{"mask": b.Mask, "behavior": b.Behavior, "advantages": b.Advantages, "old_logp": b.OldLogp, "ref_logp": b.RefLogp} {
+		if x == nil && (name == "old_logp" || name == "ref_logp") {
+			continue
+		}
 		if len(x) != len(b.IDs) {
-			return StepStats{}, fmt.Errorf("model: batch %s has %d rows, ids %d", name, len(x), len(b.IDs))
+			return nil, fmt.Errorf("model: batch %s has %d rows, ids %d", name, len(x), len(b.IDs))
 		}
 		for i := range x {
 			if len(x[i]) != len(b.IDs[i]) {
-				return StepStats{}, fmt.Errorf("model: batch %s row %d has %d values for %d tokens", name, i, len(x[i]), len(b.IDs[i]))
+				return nil, fmt.Errorf("model: batch %s row %d has %d values for %d tokens", name, i, len(x[i]), len(b.IDs[i]))
 			}
 		}
 	}
@@ -269,9 +429,9 @@ func (t *Trainer) StepPolicy(ctx context.Context, b *Batch, lc PolicyLossConfig)
 	if old == nil {
 		old, hasOld = b.Behavior, 0
 	}
-	ref, klCoef := b.RefLogp, lc.KLCoef
-	if ref == nil {
-		ref, klCoef = nil, 0
+	klCoef := lc.KLCoef
+	if b.RefLogp == nil {
+		klCoef = 0
 	}
 	clamp := lc.LogRatioClamp
 	if clamp == 0 {
@@ -281,11 +441,10 @@ func (t *Trainer) StepPolicy(ctx context.Context, b *Batch, lc PolicyLossConfig)
 	if lc.KLK1 {
 		klK3 = 0
 	}
-	args := append(t.optArgs(), tensors.FromFlatDataAndDimensions(padIDs(b.IDs, rows, cols), rows, cols),
+	return []any{tensors.FromFlatDataAndDimensions(padIDs(b.IDs, rows, cols), rows, cols),
 		pad2(b.Weights, rows, cols), pad2(b.Mask, rows, cols), pad2(b.Behavior, rows, cols), pad2(old, rows, cols),
-		pad2(ref, rows, cols), pad2(b.Advantages, rows, cols),
-		f32(lc.ClipLow), f32(lc.ClipHigh), f32(lc.DualClip), f32(lc.TISCap), f32(klCoef), f32(klK3), f32(lc.EntropyCoef), f32(clamp), f32(hasOld))
-	return t.run(ctx, t.pgExec, args, b)
+		pad2(b.RefLogp, rows, cols), pad2(b.Advantages, rows, cols),
+		f32(lc.ClipLow), f32(lc.ClipHigh), f32(lc.DualClip), f32(lc.TISCap), f32(klCoef), f32(klK3), f32(lc.EntropyCoef), f32(clamp), f32(hasOld)}, nil
 }
 
 // Checkpoint files written by SaveCheckpoint besides the model files.
