@@ -192,6 +192,9 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 	if e := checkConversation(&conv, "messages"); e != nil {
 		return e
 	}
+	if last := conv.Messages[len(conv.Messages)-1]; last.Role == chat.RoleAssistant && !c.countOnly {
+		return unsupported("messages."+strconv.Itoa(len(req.Messages)-1), "a final assistant message (prefill) is not supported: end with a user message")
+	}
 	var s engine.Sampling
 	s.MaxTokens = *req.MaxTokens
 	if req.Temperature != nil {

@@ -80,6 +80,7 @@ func TestBadInput(t *testing.T) {
 		{"messages system role", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`, false, 400, true, "invalid_request_error", ""},
 		{"messages no max_tokens", msgURL, ak, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, false, 400, true, "invalid_request_error", ""},
 		{"messages tool result unknown id", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"r"}]}]}`, false, 400, true, "invalid_request_error", ""},
+		{"messages prefill", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure, "}]}`, false, 400, true, "invalid_request_error", ""},
 		{"messages image", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, false, 400, true, "invalid_request_error", ""},
 		{"messages oversized", msgURL, ak, bigMsg, false, 413, true, "request_too_large", ""},
 		{"messages wrong key", msgURL, map[string]string{"x-api-key": "nope"}, goodMessages, false, 401, true, "authentication_error", ""},
