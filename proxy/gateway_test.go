@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -577,6 +579,36 @@ func TestStreamKeepAlive(t *testing.T) {
 		t.Fatalf("%d %q", st, body)
 	}
 	if n := len(e.calls(t, cl)); n != 2 {
+		t.Fatalf("%d events", n)
+	}
+}
+
+// TestServeTrusted: routes mounted by the gateway under its own auth reach
+// an attempt without its scoped key, and still only while it runs.
+func TestServeTrusted(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/proxy/rollout/{rid}/attempt/{aid}/mode/{mode}/openai/{rest...}", func(w http.ResponseWriter, r *http.Request) {
+		e.p.ServeTrusted(w, r, r.PathValue("rid"), r.PathValue("aid"), r.PathValue("rest"))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	url := srv.URL + "/proxy/rollout/" + cl.Rollout.ID + "/attempt/" + cl.Attempt.ID + "/mode/train/openai/v1/chat/completions"
+	e.eng.push(text("trusted"))
+	if st, _, body := post(t, "POST", url, nil, goodChat); st != 200 || !strings.Contains(body, "trusted") {
+		t.Fatalf("%d %s", st, body)
+	}
+	if st, _, body := post(t, "POST", strings.Replace(url, cl.Attempt.ID, "nope", 1), nil, goodChat); st != 404 {
+		t.Fatalf("unknown attempt: %d %s", st, body)
+	}
+	if _, err := e.st.CompleteAttempt(testCtx(t), cl.Rollout.ID, cl.Attempt.ID, store.AttemptSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, body := post(t, "POST", url, nil, goodChat); st != 409 {
+		t.Fatalf("finished attempt: %d %s", st, body)
+	}
+	if n := len(e.calls(t, cl)); n != 1 {
 		t.Fatalf("%d events", n)
 	}
 }

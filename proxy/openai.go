@@ -260,10 +260,10 @@ type ccFullMessage struct {
 type ccChoice struct {
 	Index        int            `json:"index"`
 	Message      *ccFullMessage `json:"message,omitempty"`
-	Delta        *ccOutMessage `json:"delta,omitempty"`
-	Text         *string       `json:"text,omitempty"`
-	Logprobs     *struct{}     `json:"logprobs"`
-	FinishReason *string       `json:"finish_reason"`
+	Delta        *ccOutMessage  `json:"delta,omitempty"`
+	Text         *string        `json:"text,omitempty"`
+	Logprobs     *struct{}      `json:"logprobs"`
+	FinishReason *string        `json:"finish_reason"`
 }
 
 type ccResponse struct {

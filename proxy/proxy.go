@@ -16,8 +16,12 @@
 //	POST /r/{rollout}/{attempt}/v1/completions
 //	POST /r/{rollout}/{attempt}/v1/responses
 //	POST /r/{rollout}/{attempt}/v1/messages       (Anthropic)
+//	POST /r/{rollout}/{attempt}/v1/messages/count_tokens (token backends)
 //	GET  /r/{rollout}/{attempt}/v1/models
 //	POST /r/{rollout}/{attempt}/events            (harness rewards / custom events)
+//
+// ServeTrusted serves the same routes for callers the gateway authenticated
+// itself.
 package proxy
 
 import (
@@ -276,7 +280,30 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, style, &apiError{Status: http.StatusNotFound, Message: "unknown route " + r.URL.Path})
 		return
 	}
-	t := Target{RolloutID: rid, AttemptID: aid}
+	p.dispatch(w, r, Target{RolloutID: rid, AttemptID: aid}, sub, style)
+}
+
+// trustedKey marks a request context whose caller the gateway already
+// authenticated (ServeTrusted).
+type trustedKey struct{}
+
+// ServeTrusted serves route ("v1/chat/completions", "v1/messages",
+// "events", …: the part after /r/{rollout}/{attempt}/) for an attempt
+// without checking a scoped key: for routes the gateway authenticates
+// itself (e.g. Agent Lightning-compatible
+// /proxy/rollout/{rid}/attempt/{aid}/mode/{mode}/openai/v1/… routes behind
+// admin auth). The attempt must still be running for model calls.
+func (p *Proxy) ServeTrusted(w http.ResponseWriter, r *http.Request, rolloutID, attemptID, route string) {
+	route = strings.Trim(route, "/")
+	style := styleOpenAI
+	if strings.HasPrefix(route, "v1/messages") {
+		style = styleAnthropic
+	}
+	r = r.WithContext(context.WithValue(r.Context(), trustedKey{}, true))
+	p.dispatch(w, r, Target{RolloutID: rolloutID, AttemptID: attemptID}, route, style)
+}
+
+func (p *Proxy) dispatch(w http.ResponseWriter, r *http.Request, t Target, sub string, style errorStyle) {
 	switch sub {
 	case "v1/chat/completions":
 		p.serveCall(w, r, t, shapeChat)
@@ -312,6 +339,9 @@ func apiKey(r *http.Request) string {
 // authorize checks the scoped key; with running, the attempt must be
 // running. It returns the rollout's mode.
 func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, running bool) (store.Mode, *apiError) {
+	if ctx.Value(trustedKey{}) != nil {
+		return p.trustedAttempt(ctx, t, running)
+	}
 	key := apiKey(r)
 	if key == "" {
 		return "", &apiError{Status: http.StatusUnauthorized, Message: "missing API key: send the attempt's scoped key as Authorization: Bearer KEY or x-api-key", Code: "invalid_api_key"}
@@ -348,6 +378,30 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 		p.authMu.Unlock()
 	}
 	return mode, nil
+}
+
+// trustedAttempt checks that the attempt exists (and runs) without a key.
+func (p *Proxy) trustedAttempt(ctx context.Context, t Target, running bool) (store.Mode, *apiError) {
+	ro, err := p.st.GetRollout(ctx, t.RolloutID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return "", &apiError{Status: http.StatusNotFound, Message: "rollout " + t.RolloutID + " not found"}
+		}
+		return "", &apiError{Status: http.StatusInternalServerError, Message: "get rollout: " + err.Error()}
+	}
+	for _, a := range ro.Attempts {
+		if a.ID != t.AttemptID {
+			continue
+		}
+		if running && a.Status != store.AttemptRunning {
+			return "", &apiError{Status: http.StatusConflict, Message: "attempt " + t.AttemptID + " is " + string(a.Status) + ", not running", Code: "attempt_not_running"}
+		}
+		if ro.Mode == "" {
+			return store.ModeTrain, nil
+		}
+		return ro.Mode, nil
+	}
+	return "", &apiError{Status: http.StatusNotFound, Message: "attempt " + t.AttemptID + " of rollout " + t.RolloutID + " not found"}
 }
 
 // authEntry remembers a verified scoped key (as its SHA-256) for a while.
