@@ -94,6 +94,13 @@ func NewTrainer(m *Model, w *Weights, opt AdamW) (*Trainer, error) {
 // Step is the number of optimizer steps taken.
 func (t *Trainer) Step() int64 { return t.step }
 
+// LogProbs computes teacher-forced log-probs and entropies with the
+// trainer's current weights (see Model.LogProbs), e.g. the π_old of
+// decoupled PPO or a reference model's log-probs.
+func (t *Trainer) LogProbs(ctx context.Context, seqs [][]int32) (logp, entropy [][]float32, err error) {
+	return t.m.LogProbs(ctx, &DeviceWeights{tensors: t.params}, seqs)
+}
+
 // Weights downloads the current weights.
 func (t *Trainer) Weights() (*Weights, error) { return t.m.Download(&DeviceWeights{tensors: t.params}) }
 

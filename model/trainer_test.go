@@ -349,8 +349,10 @@ func TestPolicyStepImprovesAdvantagedTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w2, _ := tr.Weights()
-	after, _, _ := m.LogProbs(ctx, mustUpload(t, m, w2), b.IDs)
+	after, _, err := tr.LogProbs(ctx, b.IDs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var gain float64
 	for i := range b.Mask {
 		for j, mk := range b.Mask[i] {
