@@ -353,13 +353,16 @@ func (e *Engine) accept(b *batch, i int, logits []float32) {
 func (e *Engine) step(b *batch) error {
 	n := len(b.slots)
 	tokens, pos := make([]int32, n), make([]int32, n)
+	for i := range pos {
+		pos[i] = -1 // idle
+	}
 	busy := false
 	for i, s := range b.slots {
 		if s == nil {
 			continue
 		}
 		if s.req.cancel.Load() || s.req.ctx.Err() != nil {
-			b.slots[i] = nil
+			b.slots[i] = nil // the next prefill of this slot rewrites its row
 			continue
 		}
 		tokens[i], pos[i] = s.lastTok, s.pos

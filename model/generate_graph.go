@@ -12,6 +12,11 @@ import (
 
 // KV cache layout: per layer one key and one value tensor shaped
 // [batch slots, kv heads, cache length S, head dim]. S grows by doubling.
+//
+// Invariant: every cache position not yet written by the slot's current
+// sequence is zero. Prefill rewrites its whole row (prompt, then zeros), so
+// decode can add each new key/value with a cheap ScatterSum instead of
+// rewriting the cache.
 
 // genExecs are the compiled generation graphs of a Model.
 type genExecs struct {
@@ -32,8 +37,8 @@ func (m *Model) compileGen() error {
 	ge := &m.genExecs
 	var err error
 	// prefill(params, kc[nl], vc[nl], tokens [1, L], row, nValid) ->
-	// logits [1, V] of token nValid-1, kc', vc'. Writes the row's cache at
-	// positions 0..L-1 (positions ≥ nValid hold padding, never attended).
+	// logits [1, V] of token nValid-1, kc', vc'. Rewrites the row's cache:
+	// the prompt's keys/values at positions 0..nValid-1, zeros after.
 	ge.prefill, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
 		params, kc, vc := ins[:n], ins[n:n+nl], ins[n+nl:n+2*nl]
 		tokens, row, nValid := ins[n+2*nl], ins[n+2*nl+1], ins[n+2*nl+2]
@@ -43,11 +48,11 @@ func (m *Model) compileGen() error {
 		b, sLen := kc[0].Shape().Dim(0), kc[0].Shape().Dim(2)
 		kvh, hd := cfg.NumKeyValueHeads, cfg.HeadDim
 		full := []int{b, kvh, sLen, hd}
-		rowIs := Equal(Iota(g, shapes.Make(dtypes.Int32, b, 1, sLen, 1), 0), BroadcastToDims(row, b, 1, sLen, 1))
-		inPrompt := LessThan(Iota(g, shapes.Make(dtypes.Int32, b, 1, sLen, 1), 2), BroadcastToDims(Const(g, int32(l)), b, 1, sLen, 1))
-		write := BroadcastToDims(LogicalAnd(rowIs, inPrompt), full...)
+		write := BroadcastToDims(Equal(Iota(g, shapes.Make(dtypes.Int32, b, 1, 1, 1), 0), Reshape(row, 1, 1, 1, 1)), full...)
+		valid := ConvertDType(LessThan(Iota(g, shapes.Make(dtypes.Int32, 1, 1, l, 1), 2), BroadcastToDims(nValid, 1, 1, l, 1)), dtypes.Float32)
+		valid = BroadcastToDims(valid, 1, kvh, l, hd)
 		place := func(cache, x *Node) *Node { // x [1, L, KV, hd] at positions 0..L-1
-			x = headsFirst(x)
+			x = Mul(headsFirst(x), valid)
 			if sLen > l {
 				x = Concatenate([]*Node{x, Zeros(g, shapes.Make(dtypes.Float32, 1, kvh, sLen-l, hd))}, 2)
 			}
@@ -67,21 +72,33 @@ func (m *Model) compileGen() error {
 		return fmt.Errorf("model: %w", err)
 	}
 	// decode(params, kc, vc, tokens [B, 1], pos [B]) -> logits [B, V], kc', vc'.
+	// Slots with pos < 0 are idle: their cache is left unchanged.
 	ge.decode, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
 		params, kc, vc := ins[:n], ins[n:n+nl], ins[n+nl:n+2*nl]
 		tokens, pos := ins[n+2*nl], ins[n+2*nl+1]
 		b := tokens.Shape().Dim(0)
 		s := kc[0].Shape().Dim(2)
 		kvh, hd := cfg.NumKeyValueHeads, cfg.HeadDim
-		full := []int{b, kvh, s, hd}
-		at := Equal(Iota(g, shapes.Make(dtypes.Int32, b, 1, s, 1), 2), BroadcastToDims(Reshape(pos, b, 1, 1, 1), b, 1, s, 1))
-		at4 := BroadcastToDims(at, full...)
+		live := GreaterOrEqual(pos, ZerosLike(pos))
+		pos = Max(pos, ZerosLike(pos))
+		// Scatter indices (slot, kv head, position) for each of B*KV rows.
+		idx := Concatenate([]*Node{
+			Iota(g, shapes.Make(dtypes.Int32, b, kvh, 1), 0),
+			Iota(g, shapes.Make(dtypes.Int32, b, kvh, 1), 1),
+			BroadcastToDims(Reshape(pos, b, 1, 1), b, kvh, 1),
+		}, 2)
+		idx = Reshape(idx, b*kvh, 3)
+		liveF := BroadcastToDims(Reshape(ConvertDType(live, dtypes.Float32), b, 1, 1), b, kvh, hd)
+		write := func(cache, x *Node) *Node { // x [B, 1, KV, hd]
+			upd := Mul(Reshape(x, b, kvh, hd), liveF)
+			return ScatterSum(cache, idx, Reshape(upd, b*kvh, hd), true, true)
+		}
 		cols := Iota(g, shapes.Make(dtypes.Int32, b, 1, s), 2)
 		mask := LessOrEqual(cols, BroadcastToDims(Reshape(pos, b, 1, 1), b, 1, s))
 		newK, newV := make([]*Node, nl), make([]*Node, nl)
 		h := newNet(cfg, params).decoder(tokens, Reshape(pos, b, 1), func(i int, k, v *Node) (*Node, *Node, *Node) {
-			newK[i] = Where(at4, BroadcastToDims(headsFirst(k), full...), kc[i])
-			newV[i] = Where(at4, BroadcastToDims(headsFirst(v), full...), vc[i])
+			newK[i] = write(kc[i], k)
+			newV[i] = write(vc[i], v)
 			return newK[i], newV[i], mask
 		})
 		logits := Reshape(newNet(cfg, params).logits(h), b, cfg.VocabSize)
