@@ -50,14 +50,13 @@ type TokenBackend struct {
 
 	maxAttempts int
 	tag         string // random per backend: tool call ids stay unique across restarts
-	// maxIDs bounds the token ids held over all attempts.
-	maxIDs   int
-	totalIDs int
-	ids      atomic.Uint64
+	ids         atomic.Uint64
 
-	mu     sync.Mutex
+	mu     sync.Mutex               // guards the fields below
 	states map[string]*list.Element // attempt key → element of lru (*attemptState)
 	lru    list.List
+	// maxIDs bounds the token ids held over all attempts; totalIDs counts them.
+	maxIDs, totalIDs int
 }
 
 // statesPerAttempt bounds the branches remembered per attempt (a harness
