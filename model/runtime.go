@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 
@@ -24,9 +25,13 @@ var (
 )
 
 // Backend returns the shared backend for a configuration string such as
-// "go:ops_sequential" ("" means DefaultBackend). Backends are created once
-// per configuration and shared by all models of the process.
+// "go:ops_sequential". "" means $GOMLX_BACKEND when set, else
+// DefaultBackend. Backends are created once per configuration and shared by
+// all models of the process.
 func Backend(config string) (b compute.Backend, err error) {
+	if config == "" {
+		config = os.Getenv(compute.ConfigEnvVar)
+	}
 	if config == "" {
 		config = DefaultBackend
 	}
