@@ -74,6 +74,9 @@ type Result struct {
 	Continued    bool
 	RenderReason string
 	Retries      int
+	// Sampling, if set, is what the engine was actually given (stop ids,
+	// max tokens clamped to the context); else the request's is recorded.
+	Sampling *engine.Sampling
 
 	PromptTokens, CompletionTokens int
 }

@@ -369,8 +369,15 @@ func TestModeOverridesAndModels(t *testing.T) {
 		TopP        float32 `json:"top_p"`
 		MaxTokens   int     `json:"max_tokens"`
 	}
+	var full struct {
+		StopIDs []int32 `json:"stop_ids"`
+	}
 	if err := json.Unmarshal(c.Sampling, &s); err != nil || s.Temperature != 0 || s.TopP != 0.9 || s.MaxTokens != 64 {
 		t.Fatalf("sampling %s", c.Sampling)
+	}
+	// The effective parameters are recorded: the template's stop ids too.
+	if err := json.Unmarshal(c.Sampling, &full); err != nil || !slices.Equal(full.StopIDs, e.tmpl.StopIDs()) {
+		t.Fatalf("sampling %s, want stop ids %v", c.Sampling, e.tmpl.StopIDs())
 	}
 }
 

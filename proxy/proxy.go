@@ -657,9 +657,12 @@ func backendError(err error) *apiError {
 func (c *call) eventData(resp []byte) []byte {
 	res := c.res
 	var samp engine.Sampling
-	if c.chat != nil {
+	switch {
+	case res.Sampling != nil:
+		samp = *res.Sampling
+	case c.chat != nil:
 		samp = c.chat.Sampling
-	} else {
+	default:
 		samp = c.complete.Sampling
 	}
 	mc := api.ModelCall{
