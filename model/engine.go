@@ -31,8 +31,7 @@ type EngineOptions struct {
 //
 // Concurrent Generate calls are batched continuously: a scheduler goroutine
 // admits waiting requests into free slots of the running batch (prefilling
-// each prompt on its own), then decodes one token for every active slot per
-// step. Swap installs new weights without dropping requests in flight: they
+// them together), then decodes one token for every active slot per step. Swap installs new weights without dropping requests in flight: they
 // finish on the weights they started with and report that version, while new
 // requests use the new weights (each version has its own batch and cache).
 //
@@ -259,6 +258,8 @@ func (e *Engine) loop() {
 			b = batches[n-1]
 		}
 		var requeue []*request
+		var admitRows []int
+		var admitReqs []*request
 		for _, r := range pending {
 			if r.cancel.Load() || r.ctx.Err() != nil {
 				continue
@@ -267,13 +268,25 @@ func (e *Engine) loop() {
 				b = &batch{ver: cur, cache: e.m.newCache(e.opts.MaxBatch, e.opts.InitialCache), slots: make([]*slot, e.opts.MaxBatch)}
 				batches = append(batches, b)
 			}
-			free := slices.Index(b.slots, nil)
+			free := -1
+			for i, s := range b.slots {
+				if s == nil && !slices.Contains(admitRows, i) {
+					free = i
+					break
+				}
+			}
 			if free < 0 {
 				requeue = append(requeue, r)
 				continue
 			}
-			if err := e.admit(b, free, r); err != nil {
-				r.reply <- reply{err: err}
+			admitRows = append(admitRows, free)
+			admitReqs = append(admitReqs, r)
+		}
+		if len(admitReqs) > 0 {
+			if err := e.admit(b, admitRows, admitReqs); err != nil {
+				for _, r := range admitReqs {
+					r.reply <- reply{err: err}
+				}
 			}
 		}
 		if len(requeue) > 0 {
@@ -312,15 +325,21 @@ func (e *Engine) loop() {
 	}
 }
 
-// admit prefills r into slot i of b and samples its first token.
-func (e *Engine) admit(b *batch, i int, r *request) error {
-	logits, err := e.m.prefill(b.ver.w, b.cache, i, r.prompt)
+// admit prefills requests into the given free slots of b (one batched
+// prefill) and samples their first tokens.
+func (e *Engine) admit(b *batch, rows []int, reqs []*request) error {
+	prompts := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		prompts[i] = r.prompt
+	}
+	logits, err := e.m.prefill(b.ver.w, b.cache, rows, prompts)
 	if err != nil {
 		return err
 	}
-	s := &slot{req: r, sp: newSampler(r.s, r.seed), pos: int32(len(r.prompt))}
-	b.slots[i] = s
-	e.accept(b, i, logits)
+	for i, r := range reqs {
+		b.slots[rows[i]] = &slot{req: r, sp: newSampler(r.s, r.seed), pos: int32(len(r.prompt))}
+		e.accept(b, rows[i], logits[i])
+	}
 	return nil
 }
 

@@ -36,36 +36,46 @@ func (m *Model) compileGen() error {
 	n, nl := len(cfg.Params()), cfg.NumHiddenLayers
 	ge := &m.genExecs
 	var err error
-	// prefill(params, kc[nl], vc[nl], tokens [1, L], row, nValid) ->
-	// logits [1, V] of token nValid-1, kc', vc'. Rewrites the row's cache:
-	// the prompt's keys/values at positions 0..nValid-1, zeros after.
+	// prefill(params, kc[nl], vc[nl], tokens [P, L], rows [P], nValid [P])
+	// -> logits [P, V] of each prompt's last token, kc', vc'. Prompt p is
+	// written to cache slot rows[p] (rows[p] < 0: padding, not written),
+	// rewriting the whole slot: its keys/values at positions 0..nValid-1,
+	// zeros after.
 	ge.prefill, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
 		params, kc, vc := ins[:n], ins[n:n+nl], ins[n+nl:n+2*nl]
-		tokens, row, nValid := ins[n+2*nl], ins[n+2*nl+1], ins[n+2*nl+2]
-		l := tokens.Shape().Dim(1)
+		tokens, rows, nValid := ins[n+2*nl], ins[n+2*nl+1], ins[n+2*nl+2]
+		p, l := tokens.Shape().Dim(0), tokens.Shape().Dim(1)
 		newK, newV := make([]*Node, nl), make([]*Node, nl)
-		positions := Iota(g, shapes.Make(dtypes.Int32, 1, l), 1)
+		positions := Iota(g, shapes.Make(dtypes.Int32, p, l), 1)
 		b, sLen := kc[0].Shape().Dim(0), kc[0].Shape().Dim(2)
 		kvh, hd := cfg.NumKeyValueHeads, cfg.HeadDim
 		full := []int{b, kvh, sLen, hd}
-		write := BroadcastToDims(Equal(Iota(g, shapes.Make(dtypes.Int32, b, 1, 1, 1), 0), Reshape(row, 1, 1, 1, 1)), full...)
-		valid := ConvertDType(LessThan(Iota(g, shapes.Make(dtypes.Int32, 1, 1, l, 1), 2), BroadcastToDims(nValid, 1, 1, l, 1)), dtypes.Float32)
-		valid = BroadcastToDims(valid, 1, kvh, l, hd)
-		place := func(cache, x *Node) *Node { // x [1, L, KV, hd] at positions 0..L-1
+		// src[b] = the prompt written to slot b, or p (a zero row) if none.
+		match := Equal(BroadcastToDims(Reshape(rows, 1, p), b, p), Iota(g, shapes.Make(dtypes.Int32, b, p), 0)) // [B, P]
+		matchF := ConvertDType(match, dtypes.Float32)
+		hit := GreaterThan(ReduceSum(matchF, 1), ZerosLike(ReduceSum(matchF, 1))) // [B]
+		pIdx := ConvertDType(Iota(g, shapes.Make(dtypes.Int32, b, p), 1), dtypes.Float32)
+		src := ConvertDType(ReduceSum(Mul(matchF, pIdx), 1), dtypes.Int32)
+		src = Where(hit, src, BroadcastToDims(Const(g, int32(p)), b))
+		write := BroadcastToDims(Reshape(hit, b, 1, 1, 1), full...)
+		valid := ConvertDType(LessThan(Iota(g, shapes.Make(dtypes.Int32, p, 1, l, 1), 2), Reshape(nValid, p, 1, 1, 1)), dtypes.Float32)
+		valid = BroadcastToDims(valid, p, kvh, l, hd)
+		place := func(cache, x *Node) *Node { // x [P, L, KV, hd]
 			x = Mul(headsFirst(x), valid)
 			if sLen > l {
-				x = Concatenate([]*Node{x, Zeros(g, shapes.Make(dtypes.Float32, 1, kvh, sLen-l, hd))}, 2)
+				x = Concatenate([]*Node{x, Zeros(g, shapes.Make(dtypes.Float32, p, kvh, sLen-l, hd))}, 2)
 			}
-			return Where(write, BroadcastToDims(x, full...), cache)
+			x = Concatenate([]*Node{x, Zeros(g, shapes.Make(dtypes.Float32, 1, kvh, sLen, hd))}, 0) // row p: zeros
+			return Where(write, Gather(x, Reshape(src, b, 1)), cache)
 		}
 		h := newNet(cfg, params).decoder(tokens, positions, func(i int, k, v *Node) (*Node, *Node, *Node) {
 			newK[i] = place(kc[i], k)
 			newV[i] = place(vc[i], v)
 			return causalKV(k, v)
 		})
-		sel := OneHot(Reshape(Sub(nValid, OnesLike(nValid)), 1), l, dtypes.Float32) // [1, L]
-		last := Einsum("bl,bld->bd", sel, h)
-		logits := newNet(cfg, params).logits(last)
+		last := Max(Sub(nValid, OnesLike(nValid)), ZerosLike(nValid))
+		sel := OneHot(last, l, dtypes.Float32) // [P, L]
+		logits := newNet(cfg, params).logits(Einsum("pl,pld->pd", sel, h))
 		return append(append([]*Node{logits}, newK...), newV...)
 	})
 	if err != nil {
@@ -187,30 +197,47 @@ func (m *Model) growTo(c *kvCache, length int) error {
 	return nil
 }
 
-// prefill runs a prompt into slot row of c and returns the logits of the
-// prompt's last token.
-func (m *Model) prefill(w *DeviceWeights, c *kvCache, row int, prompt []int32) ([]float32, error) {
+// prefill runs prompts into the given cache slots and returns each
+// prompt's last-token logits.
+func (m *Model) prefill(w *DeviceWeights, c *kvCache, rows []int, prompts [][]int32) ([][]float32, error) {
 	ge, err := m.gen()
 	if err != nil {
 		return nil, err
 	}
-	l := bucket(len(prompt))
+	maxLen := 1
+	for _, p := range prompts {
+		maxLen = max(maxLen, len(p))
+	}
+	l := bucket(maxLen)
 	if err := m.growTo(c, l); err != nil {
 		return nil, err
 	}
+	np := bucket(len(prompts))
+	rowArg, lenArg := make([]int32, np), make([]int32, np)
+	for i := range np {
+		rowArg[i], lenArg[i] = -1, 1
+		if i < len(prompts) {
+			rowArg[i], lenArg[i] = int32(rows[i]), int32(len(prompts[i]))
+		}
+	}
 	args := append(w.args(), c.args()...)
-	args = append(args, tensors.FromFlatDataAndDimensions(padIDs([][]int32{prompt}, 1, l), 1, l),
-		tensors.FromScalar(int32(row)), tensors.FromScalar(int32(len(prompt))))
+	args = append(args, tensors.FromFlatDataAndDimensions(padIDs(prompts, np, l), np, l),
+		tensors.FromFlatDataAndDimensions(rowArg, np), tensors.FromFlatDataAndDimensions(lenArg, np))
 	outs, err := ge.prefill.Call(args...)
 	if err != nil {
 		return nil, fmt.Errorf("model: prefill: %w", err)
 	}
-	logits, err := tensors.CopyFlatData[float32](outs[0])
+	flat, err := tensors.CopyFlatData[float32](outs[0])
 	outs[0].FinalizeAll()
 	if err != nil {
 		return nil, err
 	}
 	c.replace(outs[1:])
+	v := m.cfg.VocabSize
+	logits := make([][]float32, len(prompts))
+	for i := range logits {
+		logits[i] = flat[i*v : (i+1)*v]
+	}
 	return logits, nil
 }
 
