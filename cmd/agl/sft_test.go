@@ -89,3 +89,43 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 		}
 	}
 }
+
+func TestModelInitPresetAndErrors(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "m")
+	var out bytes.Buffer
+	if err := runModel(ctx, []string{"init", "--preset", "1m", "--out", dir, "--seed", "3"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "initialized qwen3 model with 8") || !strings.Contains(out.String(), "k parameters") {
+		t.Errorf("init output: %s", out.String())
+	}
+	out.Reset()
+	if err := runModel(ctx, []string{"info", dir}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"layers 4, hidden 128", "vocabulary:     265", "finite true", "chat stop ids"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("info lacks %q:\n%s", want, out.String())
+		}
+	}
+	bad := [][]string{
+		{},
+		{"frobnicate"},
+		{"init", "--out", dir},
+		{"init", "--preset", "1m"},
+		{"init", "--preset", "huge", "--out", dir},
+		{"info"},
+		{"info", t.TempDir()},
+	}
+	for _, args := range bad {
+		if err := runModel(ctx, args, &out); err == nil {
+			t.Errorf("runModel %q: no error", args)
+		}
+	}
+	for _, args := range [][]string{{}, {"--model", dir, "--data", "/nonexistent.jsonl", "--out", dir}} {
+		if err := runSFT(ctx, args, &out); err == nil {
+			t.Errorf("runSFT %q: no error", args)
+		}
+	}
+}
