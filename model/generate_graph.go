@@ -129,7 +129,7 @@ func (m *Model) compileGen() error {
 		return fmt.Errorf("model: %w", err)
 	}
 	for _, e := range []*Exec{ge.prefill, ge.decode, ge.grow} {
-		e.SetMaxCache(512)
+		e.SetMaxCache(4096) // prompt-length × batch × cache-length buckets
 	}
 	return nil
 }

@@ -91,7 +91,7 @@ func New(cfg Config, backend string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	m.logProbsExec.SetMaxCache(256)
+	m.logProbsExec.SetMaxCache(1024)
 	return m, nil
 }
 

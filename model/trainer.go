@@ -162,7 +162,7 @@ func (t *Trainer) compile() error {
 		return fmt.Errorf("model: %w", err)
 	}
 	for _, e := range []*Exec{t.sftExec, t.pgExec, t.accSFTExec, t.accPGExec} {
-		e.SetMaxCache(256)
+		e.SetMaxCache(1024)
 	}
 	return nil
 }
