@@ -175,13 +175,37 @@ func (n *net) tokenLogProbs(ids *Node) (logp, entropy *Node) {
 	positions := Iota(g, shapes.Make(dtypes.Int32, b, t), 1)
 	h := n.decoder(ids, positions, func(_ int, k, v *Node) (*Node, *Node, *Node) { return causalKV(k, v) })
 	h = SliceAxis(h, 1, AxisRange(0, t-1)) // predictions for tokens 1..T-1
-	lsm := LogSoftmax(n.logits(h), -1)     // [B, T-1, V]
-	targets := SliceAxis(ids, 1, AxisRange(1))
-	oh := OneHot(targets, n.cfg.VocabSize, dtypes.Float32)
-	lp := ReduceSum(Mul(lsm, oh), -1)             // [B, T-1]
-	ent := Neg(ReduceSum(Mul(Exp(lsm), lsm), -1)) // [B, T-1]
+	v := n.cfg.VocabSize
+	logits := Reshape(n.logits(h), b*(t-1), v)
+	targets := Reshape(SliceAxis(ids, 1, AxisRange(1)), b*(t-1))
+	lp, ent := targetLogProbs(logits, targets)
+	lp, ent = Reshape(lp, b, t-1), Reshape(ent, b, t-1)
 	zero := Zeros(g, shapes.Make(dtypes.Float32, b, 1))
 	return Concatenate([]*Node{zero, lp}, 1), Concatenate([]*Node{zero, ent}, 1)
+}
+
+// targetLogProbs returns log softmax(logits)[target] and the entropy of
+// softmax(logits) for logits z [N, V] and targets [N]. It makes one pass of
+// the backend's fused softmax (its float32 exp is much faster than Exp/Log)
+// and one multiply-reduce over the vocabulary, with no max reduction:
+//
+//	p = softmax(z), log p_t = log p[t], log Z = z[t] − log p_t
+//	H = log Z − Σ p·z
+//
+// p[t] is floored at 1e-37: a target below that (log-prob < −85, never
+// sampled in practice) reports −85, gets no gradient, and makes H
+// inexact.
+func targetLogProbs(logits, targets *Node) (logp, entropy *Node) {
+	g := logits.Graph()
+	nRows := logits.Shape().Dim(0)
+	p := Softmax(logits, -1)
+	idx := Concatenate([]*Node{Iota(g, shapes.Make(dtypes.Int32, nRows, 1), 0), Reshape(ConvertDType(targets, dtypes.Int32), nRows, 1)}, 1)
+	pt := Gather(p, idx)      // [N]
+	zt := Gather(logits, idx) // [N]
+	logp = Log(Max(pt, BroadcastToDims(Const(g, float32(1e-37)), nRows)))
+	logZ := Sub(zt, logp)
+	entropy = Sub(logZ, ReduceSum(Mul(p, logits), -1))
+	return logp, entropy
 }
 
 // silu is x·sigmoid(x), written with Exp (the Go backend's Logistic uses

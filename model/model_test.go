@@ -3,8 +3,12 @@ package model
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"os"
 	"testing"
+
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph DSL
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // Tests run on DefaultBackend unless AGL_TEST_BACKEND names another GoMLX
@@ -74,5 +78,54 @@ func TestLogProbsMatchReference(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestTargetLogProbsValuesAndGradient(t *testing.T) {
+	const n, v = 6, 50
+	rng := rand.New(rand.NewPCG(4, 2))
+	logits := make([]float32, n*v)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 4)
+	}
+	targets := []int32{0, 7, 49, 3, 3, 20}
+	w := []float32{1, 0.5, -2, 0, 1, 3}
+	u := []float32{0.3, -1, 0, 2, 1, 0.1}
+	exec := MustNewExec(mustBackend(t), func(x, tg, wn, un *Node) []*Node {
+		lp, ent := targetLogProbs(x, tg)
+		loss := Add(ReduceAllSum(Mul(lp, wn)), ReduceAllSum(Mul(ent, un)))
+		return []*Node{lp, ent, Gradient(loss, x)[0]}
+	})
+	outs := exec.MustCall(tensors.FromFlatDataAndDimensions(logits, n, v), targets, w, u)
+	lp := tensors.MustCopyFlatData[float32](outs[0])
+	ent := tensors.MustCopyFlatData[float32](outs[1])
+	grad := tensors.MustCopyFlatData[float32](outs[2])
+	for i := range n {
+		row := make([]float64, v)
+		for j := range v {
+			row[j] = float64(logits[i*v+j])
+		}
+		ls := logSoftmax64(row)
+		h := 0.0
+		for _, l := range ls {
+			h -= math.Exp(l) * l
+		}
+		if d := math.Abs(float64(lp[i]) - ls[targets[i]]); d > 1e-5 {
+			t.Errorf("row %d: logp %v, want %v", i, lp[i], ls[targets[i]])
+		}
+		if d := math.Abs(float64(ent[i]) - h); d > 1e-5 {
+			t.Errorf("row %d: entropy %v, want %v", i, ent[i], h)
+		}
+		for j := range v {
+			p := math.Exp(ls[j])
+			want := -float64(w[i]) * p
+			if int32(j) == targets[i] {
+				want += float64(w[i])
+			}
+			want += float64(u[i]) * (-p * (ls[j] + h))
+			if d := math.Abs(float64(grad[i*v+j]) - want); d > 1e-5 {
+				t.Errorf("row %d logit %d: grad %v, want %v", i, j, grad[i*v+j], want)
+			}
+		}
 	}
 }
