@@ -418,3 +418,21 @@ func countActive(bs []*batch) int {
 	}
 	return n
 }
+
+// OpenEngine loads a model directory (config.json and safetensors) and
+// serves it as version on the given backend ("" for the default).
+func OpenEngine(dir, backend string, version int64, opts EngineOptions) (*Engine, error) {
+	w, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := New(w.Config, backend)
+	if err != nil {
+		return nil, err
+	}
+	return NewEngine(m, w, version, opts)
+}
+
+// Model returns the compiled model the engine runs (it can be shared with
+// a Trainer of the same configuration).
+func (e *Engine) Model() *Model { return e.m }

@@ -243,3 +243,30 @@ func TestStressNoHang(t *testing.T) {
 		panic(fmt.Sprintf("stress test hung (backend %q): 400 generations + 100 train steps did not finish in 90s", DefaultBackend))
 	}
 }
+
+func TestOpenEngine(t *testing.T) {
+	w, err := NewRandom(tinyConfig(TypeLlama), 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := w.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	e, err := OpenEngine(dir, "", 7, EngineOptions{Name: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	r, err := e.Generate(context.Background(), []int32{1, 2, 3}, engine.Sampling{MaxTokens: 4})
+	if err != nil || len(r.IDs) != 4 || r.ModelVersion != 7 || e.MaxContext() != 256 || e.Model().Config().ModelType != TypeLlama {
+		t.Fatalf("result %+v, err %v, max context %d", r, err, e.MaxContext())
+	}
+	if _, err := OpenEngine(t.TempDir(), "", 1, EngineOptions{}); err == nil {
+		t.Error("empty directory: no error")
+	}
+	e.Close()
+	if _, err := e.Generate(context.Background(), []int32{1}, engine.Sampling{MaxTokens: 1}); err != ErrClosed {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
