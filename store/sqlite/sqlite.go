@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -26,6 +27,9 @@ import (
 type Store struct {
 	w *sql.DB // one writer connection, BEGIN IMMEDIATE
 	r *sql.DB // readers
+
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // prepared on w, reused by every write transaction
 }
 
 var _ store.Store = (*Store)(nil)
@@ -78,7 +82,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	return &Store{w: w, r: r}, nil
+	return &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}, nil
 }
 
 const schema = `
@@ -140,7 +144,82 @@ CREATE TABLE IF NOT EXISTS models (
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = map[string]*sql.Stmt{}
+	s.mu.Unlock()
 	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// wtx is a write transaction whose statements are prepared once per store
+// (parsing SQL was a fifth of the cost of a rollout lifecycle). A statement
+// first seen inside a transaction is prepared on the transaction (the only
+// writer connection is busy) and cached for later ones once it ends.
+type wtx struct {
+	*sql.Tx
+	s       *Store
+	pending *[]string
+}
+
+func (t wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	t.s.mu.Lock()
+	st, ok := t.s.stmts[q]
+	t.s.mu.Unlock()
+	if ok {
+		return t.Tx.StmtContext(ctx, st), nil
+	}
+	*t.pending = append(*t.pending, q)
+	return t.Tx.PrepareContext(ctx, q)
+}
+
+// cache prepares statements first used by a finished transaction.
+func (s *Store) cache(ctx context.Context, qs []string) {
+	for _, q := range qs {
+		s.mu.Lock()
+		_, ok := s.stmts[q]
+		s.mu.Unlock()
+		if ok {
+			continue
+		}
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			continue // the next transaction prepares it again
+		}
+		s.mu.Lock()
+		if _, dup := s.stmts[q]; dup {
+			st.Close()
+		} else {
+			s.stmts[q] = st
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (t wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (t wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// QueryRowContext reports a prepare error through Row.Scan, like sql.Tx.
+func (t wtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return t.Tx.QueryRowContext(ctx, q, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
 }
 
 func ts(t time.Time) int64 { return t.UnixNano() }
@@ -149,19 +228,22 @@ func fromTS(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 func now() time.Time { return time.Now().UTC() }
 
-func (s *Store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) tx(ctx context.Context, fn func(tx wtx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite store: begin: %w", err)
 	}
-	if err := fn(tx); err != nil {
+	var pending []string
+	err = fn(wtx{tx, s, &pending})
+	if err != nil {
 		tx.Rollback()
-		return err
+	} else if err = tx.Commit(); err != nil {
+		err = fmt.Errorf("sqlite store: commit: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite store: commit: %w", err)
+	if len(pending) > 0 {
+		s.cache(ctx, pending)
 	}
-	return nil
+	return err
 }
 
 const rolloutCols = `seq, id, group_id, task, mode, metadata, timeout_s, max_attempts, unresponsive_s,
@@ -256,13 +338,12 @@ func (s *Store) CreateRollouts(ctx context.Context, in []store.NewRollout) ([]st
 		}
 	}
 	out := make([]store.Rollout, len(norm))
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		ins, err := tx.PrepareContext(ctx, `INSERT INTO rollouts (id, group_id, task, mode, metadata, timeout_s, max_attempts,
+	err := s.tx(ctx, func(tx wtx) error {
+		ins, err := tx.stmt(ctx, `INSERT INTO rollouts (id, group_id, task, mode, metadata, timeout_s, max_attempts,
 			unresponsive_s, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
-		defer ins.Close()
 		t := ts(now())
 		for i, n := range norm {
 			var meta any
@@ -394,7 +475,7 @@ func (s *Store) CountRollouts(ctx context.Context) (store.Counts, error) {
 }
 
 // nextTerminalSeq is safe because all writes are serialized on one connection.
-func nextTerminalSeq(ctx context.Context, tx *sql.Tx) (int64, error) {
+func nextTerminalSeq(ctx context.Context, tx wtx) (int64, error) {
 	var n int64
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(terminal_seq), 0) + 1 FROM rollouts`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlite store: terminal seq: %w", err)
@@ -404,7 +485,7 @@ func nextTerminalSeq(ctx context.Context, tx *sql.Tx) (int64, error) {
 
 // setRolloutStatus moves a rollout to st (assigning a terminal seq when st is
 // terminal) and returns it as stored.
-func setRolloutStatus(ctx context.Context, tx *sql.Tx, r store.Rollout, st store.RolloutStatus, errMsg string, t time.Time) (store.Rollout, error) {
+func setRolloutStatus(ctx context.Context, tx wtx, r store.Rollout, st store.RolloutStatus, errMsg string, t time.Time) (store.Rollout, error) {
 	var term any
 	if st.Terminal() {
 		n, err := nextTerminalSeq(ctx, tx)
@@ -420,7 +501,7 @@ func setRolloutStatus(ctx context.Context, tx *sql.Tx, r store.Rollout, st store
 	return getRollout(ctx, tx, r.ID)
 }
 
-func endAttempt(ctx context.Context, tx *sql.Tx, a store.Attempt, st store.AttemptStatus, errMsg string, t time.Time) error {
+func endAttempt(ctx context.Context, tx wtx, a store.Attempt, st store.AttemptStatus, errMsg string, t time.Time) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE attempts SET status = ?, error = ?, ended_at = ? WHERE id = ?`,
 		string(st), errMsg, ts(t), a.ID); err != nil {
 		return fmt.Errorf("sqlite store: end attempt %s: %w", a.ID, err)
@@ -442,7 +523,7 @@ func runningAttempt(ctx context.Context, q querier, rolloutID string) (store.Att
 // CancelRollout implements store.Store.
 func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rollout, error) {
 	var out store.Rollout
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx wtx) error {
 		r, err := getRollout(ctx, tx, id)
 		if err != nil {
 			return err
@@ -474,7 +555,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		return store.Claim{}, store.Errorf(store.ErrInvalid, "mode %q is not one of train, val", req.Mode)
 	}
 	var c store.Claim
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx wtx) error {
 		q := `SELECT ` + rolloutCols + ` FROM rollouts WHERE status IN ('queuing', 'requeuing')`
 		args := []any{}
 		if req.Mode != "" {
@@ -514,7 +595,7 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 // Heartbeat implements store.Store.
 func (s *Store) Heartbeat(ctx context.Context, rolloutID, attemptID string) (store.Attempt, error) {
 	var a store.Attempt
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx wtx) error {
 		var err error
 		if a, err = getAttempt(ctx, tx, rolloutID, attemptID); err != nil {
 			return err
@@ -538,7 +619,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 		return store.Rollout{}, store.Errorf(store.ErrInvalid, "status %q: an attempt completes as succeeded or failed", st)
 	}
 	var out store.Rollout
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx wtx) error {
 		a, err := getAttempt(ctx, tx, rolloutID, attemptID)
 		if err != nil {
 			return err
@@ -565,7 +646,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 }
 
 // setReward stores the attempt's reward summary on its rollout.
-func setReward(ctx context.Context, tx *sql.Tx, rolloutID, attemptID string) error {
+func setReward(ctx context.Context, tx wtx, rolloutID, attemptID string) error {
 	rows, err := tx.QueryContext(ctx, `SELECT data FROM events WHERE rollout_id = ? AND attempt_id = ? AND type = 'reward' ORDER BY seq DESC`,
 		rolloutID, attemptID)
 	if err != nil {
@@ -627,7 +708,7 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, i
 		return nil, err
 	}
 	out := make([]store.Event, len(evs))
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx wtx) error {
 		var st string
 		err := tx.QueryRowContext(ctx, `SELECT status FROM attempts WHERE id = ? AND rollout_id = ?`, attemptID, rolloutID).Scan(&st)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -639,11 +720,10 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, i
 		if st != string(store.AttemptRunning) {
 			return store.Errorf(store.ErrConflict, "attempt %s is %s, not running: events are closed", attemptID, st)
 		}
-		ins, err := tx.PrepareContext(ctx, `INSERT INTO events (rollout_id, attempt_id, type, time, data) VALUES (?,?,?,?,?)`)
+		ins, err := tx.stmt(ctx, `INSERT INTO events (rollout_id, attempt_id, type, time, data) VALUES (?,?,?,?,?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
-		defer ins.Close()
 		for i, e := range evs {
 			res, err := ins.ExecContext(ctx, rolloutID, attemptID, e.Type, ts(e.Time), []byte(e.Data))
 			if err != nil {
@@ -734,7 +814,7 @@ func (s *Store) RegisterModel(ctx context.Context, m store.Model) (store.Model, 
 	if err := m.Validate(); err != nil {
 		return m, err
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx wtx) error {
 		var last int64
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM models WHERE name = ?`, m.Name).Scan(&last); err != nil {
 			return fmt.Errorf("sqlite store: model version: %w", err)
@@ -797,7 +877,7 @@ func (s *Store) ListModels(ctx context.Context, name string) ([]store.Model, err
 // Reap implements store.Store.
 func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
 	var res store.ReapResult
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx wtx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE status = 'running'`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: reap: %w", err)

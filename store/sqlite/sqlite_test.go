@@ -30,3 +30,7 @@ func TestBadSynchronous(t *testing.T) {
 		t.Fatal("synchronous OFF accepted")
 	}
 }
+
+func BenchmarkStore(b *testing.B) {
+	storetest.Bench(b, func(b *testing.B) store.Store { return open(b) })
+}

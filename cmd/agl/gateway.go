@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/store/postgres"
+	"github.com/aglrl/agl/store/sqlite"
+)
+
+// configFlags registers the flags every server command shares and returns a
+// function that loads the config once the flags are parsed.
+func configFlags(fs *flag.FlagSet) func() (config.Config, error) {
+	path := fs.String("config", "", "YAML config file")
+	dataDir := fs.String("data-dir", "", "data directory (default .agl; env AGL_DATA_DIR)")
+	storeURL := fs.String("store", "", "store URL: sqlite:PATH or postgres://… (default: SQLite in the data dir; env AGL_STORE_URL)")
+	return func() (config.Config, error) {
+		c, err := config.Load(*path)
+		if err != nil {
+			return c, err
+		}
+		if *dataDir != "" {
+			c.DataDir = *dataDir
+		}
+		if *storeURL != "" {
+			c.Store.URL = *storeURL
+		}
+		return c, nil
+	}
+}
+
+// openStore opens the configured store backend.
+func openStore(ctx context.Context, c config.Config) (store.Store, error) {
+	if p, ok := c.StorePath(); ok {
+		return sqlite.Open(ctx, p, sqlite.Options{Synchronous: c.Store.Synchronous})
+	}
+	u := c.Store.URL
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		return postgres.Open(ctx, u)
+	}
+	return nil, fmt.Errorf("store URL %q: want sqlite:PATH or postgres://…", redactURL(u))
+}
+
+// redactURL hides a password in a URL for messages.
+func redactURL(u string) string {
+	if at := strings.LastIndex(u, "@"); at > 0 {
+		if i := strings.Index(u, "://"); i > 0 && i < at {
+			return u[:i+3] + "…" + u[at:]
+		}
+	}
+	return u
+}
+
+func newLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	load := configFlags(fs)
+	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080; env AGL_LISTEN)")
+	adminKey := fs.String("admin-key", "", "admin key guarding the API (env AGL_ADMIN_KEY; prefer the env var: flags show in ps)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := load()
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		c.Gateway.Listen = *listen
+	}
+	if *adminKey != "" {
+		c.Gateway.AdminKey = *adminKey
+	}
+	log := newLogger()
+	st, err := openStore(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv := gateway.New(gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
+		ReapInterval: c.Gateway.ReapInterval, Logger: log, Version: version()})
+	if c.Gateway.AdminKey == "" {
+		log.Warn("no admin key set: the API is open to anyone on this machine, so the gateway listens on loopback only (set AGL_ADMIN_KEY to listen elsewhere)")
+	}
+	return srv.ListenAndServe(ctx, c.Gateway.Listen, c.Gateway.DrainTimeout, func(a net.Addr) {
+		where, _ := c.StorePath()
+		if where == "" {
+			where = redactURL(c.Store.URL)
+		}
+		log.Info("gateway listening", "addr", "http://"+a.String(), "store", where, "version", version())
+		fmt.Fprintf(stdout, "agl gateway listening on http://%s\n", a)
+	})
+}

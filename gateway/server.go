@@ -1,0 +1,229 @@
+// Package gateway is agl's HTTP server: the rollout store API under /api/,
+// the LLM routes under /r/ (served by package proxy), and whatever else is
+// mounted on it (dashboard, metrics, trace intake). It also runs the reaper.
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aglrl/agl/store"
+)
+
+// LLM is the proxy that serves /r/{rollout}/{attempt}/… and can be paused
+// for weight swaps.
+type LLM interface {
+	http.Handler
+	Pause()
+	Resume()
+	// Drain waits until no call is in flight.
+	Drain(ctx context.Context) error
+	Status() (paused bool, inflight int)
+}
+
+// Options configure a Server.
+type Options struct {
+	Store store.Store
+	// AdminKey guards the API; empty means no auth, loopback only.
+	AdminKey string
+	// MaxBodyBytes bounds request bodies (default 32 MiB).
+	MaxBodyBytes int64
+	// ReapInterval is how often the reaper runs (default 2s; <0 disables).
+	ReapInterval time.Duration
+	// LLM serves /r/…; nil answers those routes with 404.
+	LLM    LLM
+	Logger *slog.Logger
+	// Version is reported by /api/health and /api/gateway.
+	Version string
+}
+
+// Server is the gateway.
+type Server struct {
+	opt      Options
+	log      *slog.Logger
+	mux      *http.ServeMux
+	adminSum [32]byte
+	closing  atomic.Bool
+	changes  notifier
+}
+
+// New builds a Server. Mount more handlers with Handle before serving.
+func New(opt Options) *Server {
+	if opt.MaxBodyBytes <= 0 {
+		opt.MaxBodyBytes = 32 << 20
+	}
+	if opt.ReapInterval == 0 {
+		opt.ReapInterval = 2 * time.Second
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	s := &Server{opt: opt, log: opt.Logger, mux: http.NewServeMux()}
+	if opt.AdminKey != "" {
+		s.adminSum = sha256.Sum256([]byte(opt.AdminKey))
+	}
+	s.routes()
+	return s
+}
+
+// Handle mounts an extra handler (dashboard, metrics, …) on the server.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Notify wakes long-polls waiting for terminal rollouts; call it after
+// changing the store outside the API.
+func (s *Server) Notify() { s.changes.broadcast() }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.closing.Load() {
+		w.Header().Set("Connection", "close")
+		writeError(w, s.log, errorf(http.StatusServiceUnavailable, "shutting_down", "gateway is shutting down"))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.opt.MaxBodyBytes)
+	s.mux.ServeHTTP(w, r)
+}
+
+// isAdmin reports whether the request carries the admin key (or none is set).
+func (s *Server) isAdmin(r *http.Request) bool {
+	if s.opt.AdminKey == "" {
+		return true
+	}
+	k := RequestKey(r)
+	if k == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(k))
+	return subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) == 1
+}
+
+// RequestKey returns the key from "Authorization: Bearer …" or "x-api-key".
+func RequestKey(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+			return strings.TrimSpace(h[7:])
+		}
+		return ""
+	}
+	return r.Header.Get("X-Api-Key")
+}
+
+// IsLoopback reports whether a listen address binds only to loopback.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ListenAndServe serves on addr until ctx ends, then shuts down gracefully,
+// draining in-flight requests for up to drainTimeout. ready, if not nil,
+// receives the bound address once listening.
+func (s *Server) ListenAndServe(ctx context.Context, addr string, drainTimeout time.Duration, ready func(net.Addr)) error {
+	if s.opt.AdminKey == "" && !IsLoopback(addr) {
+		return fmt.Errorf("refusing to listen on %s without an admin key: set gateway.admin_key or AGL_ADMIN_KEY, or listen on 127.0.0.1", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen: %w", err)
+	}
+	return s.Serve(ctx, ln, drainTimeout, ready)
+}
+
+// Serve is ListenAndServe on an existing listener.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, drainTimeout time.Duration, ready func(net.Addr)) error {
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	var wg sync.WaitGroup
+	rctx, stopReaper := context.WithCancel(ctx)
+	defer stopReaper()
+	if s.opt.ReapInterval > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.reapLoop(rctx) }()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		s.closing.Store(true)
+		s.changes.broadcast()
+		sctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		err = hs.Shutdown(sctx)
+		cancel()
+		if err == nil {
+			err = <-errc
+		}
+	}
+	stopReaper()
+	wg.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (s *Server) reapLoop(ctx context.Context) {
+	t := time.NewTicker(s.opt.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := s.opt.Store.Reap(ctx, time.Now())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("reaper failed", "err", err)
+			}
+			continue
+		}
+		if res != (store.ReapResult{}) {
+			s.log.Info("reaper", "unresponsive", res.Unresponsive, "timed_out", res.TimedOut, "requeued", res.Requeued, "failed", res.Failed)
+			s.changes.broadcast()
+		}
+	}
+}
+
+// notifier wakes every waiter when something changed.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (n *notifier) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) broadcast() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+}
