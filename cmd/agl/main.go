@@ -27,6 +27,9 @@ func commands() []command {
 	return []command{
 		{"gateway", "serve the store API and LLM routes", runGateway},
 		{"rollouts", "list and inspect rollouts on a running gateway (ls | show ID | events ID)", runRollouts},
+		{"model", "create or inspect a model (init --config FILE|--preset NAME --out DIR | info DIR)", runModel},
+		{"sft", "supervised warm start on a JSONL of conversations", runSFT},
+		{"export", "write training samples of terminal rollouts as JSONL or Parquet", runExport},
 		{"version", "print the version", runVersion},
 	}
 }
