@@ -88,8 +88,21 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	srv := gateway.New(gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
-		ReapInterval: c.Gateway.ReapInterval, Logger: log, Version: version()})
+	l, err := openLLM(ctx, c, st, log)
+	if err != nil {
+		return err
+	}
+	opt := gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
+		ReapInterval: c.Gateway.ReapInterval, Logger: log, Version: version()}
+	if l != nil {
+		opt.LLM = l.Proxy
+		if l.Engine != nil {
+			defer l.Engine.Close()
+		}
+	} else {
+		log.Info("no engine configured: LLM routes answer 404 (set engine.model_dir or engine.upstream)")
+	}
+	srv := gateway.New(opt)
 	if c.Gateway.AdminKey == "" {
 		log.Warn("no admin key set: the API is open to anyone on this machine, so the gateway listens on loopback only (set AGL_ADMIN_KEY to listen elsewhere)")
 	}

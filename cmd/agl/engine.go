@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/engine/upstream"
+	"github.com/aglrl/agl/model"
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/store"
+)
+
+// engineConfig is the `engine:` config section: what generates tokens.
+// Exactly one of ModelDir (the embedded model) and Upstream (vLLM/SGLang
+// OpenAI-compatible servers) may be set; neither serves no LLM routes.
+type engineConfig struct {
+	// ModelDir holds config.json, model.safetensors, tokenizer.json.
+	ModelDir string `yaml:"model_dir"`
+	// Backend is the GoMLX backend ("" = go:ops_sequential; "xla:cuda").
+	Backend  string `yaml:"backend"`
+	Name     string `yaml:"name"`
+	MaxBatch int    `yaml:"max_batch"`
+	// Version is the weights version the model dir holds (default 1).
+	Version  int64            `yaml:"version"`
+	Upstream *upstream.Config `yaml:"upstream"`
+}
+
+// llm is what serving a model needs: the proxy and, for the embedded
+// model, the engine (so a trainer can swap its weights).
+type llm struct {
+	Proxy  *proxy.Proxy
+	Engine *model.Engine // nil for upstreams
+	Format chat.Format   // nil for upstreams
+}
+
+// openLLM builds the proxy for the configured engine, or nil when none is.
+func openLLM(ctx context.Context, c config.Config, st store.Store, log *slog.Logger) (*llm, error) {
+	var ec engineConfig
+	if err := c.Section("engine", &ec); err != nil {
+		return nil, err
+	}
+	var pc proxy.Config
+	if err := c.Section("proxy", &pc); err != nil {
+		return nil, err
+	}
+	switch {
+	case ec.ModelDir != "" && ec.Upstream != nil:
+		return nil, fmt.Errorf("config engine: set model_dir or upstream, not both")
+	case ec.ModelDir != "":
+		f, err := chat.LoadDir(ec.ModelDir)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		if ec.Version == 0 {
+			ec.Version = 1
+		}
+		eng, err := model.OpenEngine(ec.ModelDir, ec.Backend, ec.Version, model.EngineOptions{Name: ec.Name, MaxBatch: ec.MaxBatch})
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		log.Info("embedded model loaded", "dir", ec.ModelDir, "name", eng.ModelName(), "version", ec.Version)
+		return &llm{Proxy: proxy.New(pc, st, proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)), Engine: eng, Format: f}, nil
+	case ec.Upstream != nil:
+		cl, err := upstream.New(*ec.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("engine upstream: %w", err)
+		}
+		return &llm{Proxy: proxy.New(pc, st, proxy.NewUpstreamBackend(cl))}, nil
+	}
+	return nil, nil
+}
