@@ -111,7 +111,10 @@ func TestScopedKeys(t *testing.T) {
 		{"claim", func() error { _, _, err := ka.Claim(c, store.ClaimRequest{}); return err }, 403},
 		{"models", func() error { _, err := ka.RegisterModel(c, store.Model{Name: "x"}); return err }, 403},
 		{"no key", func() error { _, err := api.NewClient(srv.URL, "").ListRollouts(c, store.RolloutFilter{}); return err }, 401},
-		{"wrong admin key", func() error { _, err := api.NewClient(srv.URL, "nope").ListRollouts(c, store.RolloutFilter{}); return err }, 401},
+		{"wrong admin key", func() error {
+			_, err := api.NewClient(srv.URL, "nope").ListRollouts(c, store.RolloutFilter{})
+			return err
+		}, 401},
 		{"forged scoped key", func() error {
 			_, err := api.NewClient(srv.URL, store.KeyPrefix+"forged").Heartbeat(c, "a", ca.Attempt.ID)
 			return err
