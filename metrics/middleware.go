@@ -1,0 +1,175 @@
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aglrl/agl/store"
+)
+
+// RouteClass names the kind of a gateway request for metric labels, keeping
+// ids out of label values:
+//
+//	/r/{rollout}/{attempt}/v1/chat/completions → "chat.completions"
+//	/r/…/v1/completions → "completions", /r/…/v1/responses → "responses",
+//	/r/…/v1/messages → "messages", /r/…/v1/messages/count_tokens → "count_tokens",
+//	/r/…/v1/models → "models", /r/…/v1/traces and /v1/traces → "otlp.traces",
+//	other /r/… → "llm.other"; /api/claim → "api.claim",
+//	/api/rollouts/{id}/attempts/{aid}/events → "api.events" (and so on for
+//	/api/…); /metrics → "metrics"; anything else → "other".
+func RouteClass(path string) string {
+	switch {
+	case path == "/metrics":
+		return "metrics"
+	case path == "/v1/traces":
+		return "otlp.traces"
+	case strings.HasPrefix(path, "/r/"):
+		return llmClass(path)
+	case path == "/api" || strings.HasPrefix(path, "/api/"):
+		return apiClass(path)
+	}
+	return "other"
+}
+
+func llmClass(path string) string {
+	i := strings.Index(path, "/v1/")
+	if i < 0 {
+		return "llm.other"
+	}
+	switch strings.TrimSuffix(path[i+len("/v1/"):], "/") {
+	case "chat/completions":
+		return "chat.completions"
+	case "completions":
+		return "completions"
+	case "responses":
+		return "responses"
+	case "messages":
+		return "messages"
+	case "messages/count_tokens":
+		return "count_tokens"
+	case "models":
+		return "models"
+	case "traces":
+		return "otlp.traces"
+	}
+	return "llm.other"
+}
+
+// apiClass maps /api/… to a small fixed set so ids never become labels.
+func apiClass(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/") // "api", …
+	if len(parts) < 2 {
+		return "api.other"
+	}
+	switch parts[1] {
+	case "health", "claim", "terminal", "models":
+		return "api." + parts[1]
+	case "gateway":
+		return "api.gateway"
+	case "rollouts":
+		switch {
+		case len(parts) <= 3:
+			return "api.rollouts"
+		case len(parts) == 4 && parts[3] == "cancel":
+			return "api.cancel"
+		case len(parts) == 4 && parts[3] == "events":
+			return "api.events"
+		case len(parts) == 6 && parts[3] == "attempts":
+			switch parts[5] {
+			case "heartbeat", "complete", "events":
+				return "api." + parts[5]
+			}
+		}
+	}
+	return "api.other"
+}
+
+// Middleware counts requests through next by route class and status, with
+// their latency and how many are in flight. Streaming responses keep
+// working: the wrapper passes Flush and http.ResponseController through.
+func (m *Metrics) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		route := RouteClass(r.URL.Path)
+		g := m.httpInFlight.WithLabelValues(route)
+		g.Inc()
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			g.Dec()
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			m.httpRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+			m.httpDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 { // 1xx are informational
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush passes through so server-sent events stream.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// WrapStore returns st with AppendEvents and Reap counted in m: events
+// appended by type, and reaper actions. Everything else passes through.
+func (m *Metrics) WrapStore(st store.Store) store.Store { return &countingStore{Store: st, m: m} }
+
+type countingStore struct {
+	store.Store
+	m *Metrics
+}
+
+func (s *countingStore) AppendEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
+	out, err := s.Store.AppendEvents(ctx, rolloutID, attemptID, evs)
+	if err == nil {
+		byType := map[string]int{}
+		for _, e := range out {
+			byType[e.Type]++
+		}
+		for t, n := range byType {
+			s.m.ObserveEvents(t, n)
+		}
+	}
+	return out, err
+}
+
+func (s *countingStore) Reap(ctx context.Context, now time.Time) (store.ReapResult, error) {
+	r, err := s.Store.Reap(ctx, now)
+	if err == nil {
+		s.m.ObserveReap(r)
+	}
+	return r, err
+}
