@@ -1,0 +1,680 @@
+// Package controller runs agent harnesses for agl (local mode): it claims
+// queued rollouts from a gateway and runs the configured harness command as
+// a subprocess per attempt, in its own process group, with the environment
+// contract of DESIGN.md:
+//
+//	OPENAI_BASE_URL    = GW/r/{rollout}/{attempt}/v1
+//	ANTHROPIC_BASE_URL = GW/r/{rollout}/{attempt}
+//	OPENAI_API_KEY, ANTHROPIC_API_KEY = the attempt's scoped key
+//	AGL_TASK           = the task JSON
+//	AGL_REWARD_FILE    = a file the harness may write its reward to
+//	AGL_EVENTS_URL     = GW/r/{rollout}/{attempt}/events (POST reward/custom events)
+//	AGL_ROLLOUT_ID, AGL_ATTEMPT_ID, AGL_MODE
+//
+// The inherited environment never carries AGL_ADMIN_KEY to the harness.
+//
+// While the harness runs, the controller heartbeats the attempt; a heartbeat
+// answered 409 means the attempt ended elsewhere (cancelled, reaped), and the
+// process group is killed without completing the attempt. A harness running
+// past its rollout's timeout_seconds gets SIGTERM on its whole process group
+// (SIGKILL after KillGrace) and the attempt fails with "timeout …".
+//
+// When the harness exits, the last LogTailBytes of its stdout and of its
+// stderr are appended as one "log" event each ({"stream","text","bytes",
+// "truncated"}). The reward comes from, in order: a reward event the harness
+// posted to AGL_EVENTS_URL; the reward file (a JSON number or an api.Reward
+// object); the Evaluator command, run with the same environment plus
+// AGL_LOG_FILE (the harness's full stdout), AGL_STDERR_FILE and
+// AGL_EXIT_CODE, whose stdout is parsed the same way. Then the attempt is
+// completed exactly once: exit 0 → succeeded; otherwise failed with
+// "exit status N: <last stderr line>", which the store retries up to the
+// rollout's max_attempts.
+//
+// A harness that exits 0 without any reward still completes as succeeded:
+// its rollout then has no reward summary, and what to do with it (drop it,
+// count it as zero) is the trainer's decision. An unreadable reward (bad
+// reward file, failing evaluator) fails the attempt instead.
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/store"
+)
+
+// Config configures Run. Zero values take the documented defaults.
+type Config struct {
+	// GatewayURL is the gateway root, e.g. http://127.0.0.1:8080.
+	GatewayURL string
+	// AdminKey authenticates claims, heartbeats and completions.
+	AdminKey string
+	// Command is the harness: program and arguments (required).
+	Command []string
+	// Dir is the harness's working directory ("" = the controller's).
+	Dir string
+	// Env holds extra KEY=VALUE entries added to the inherited environment
+	// (the agl variables above override them).
+	Env []string
+	// Concurrency bounds the attempts run at once (default 1).
+	Concurrency int
+	// WorkerID names this controller in claims (default host-pid).
+	WorkerID string
+	// Mode, if set, claims only rollouts of that mode.
+	Mode store.Mode
+	// HeartbeatInterval is how often a running attempt heartbeats
+	// (default 10s).
+	HeartbeatInterval time.Duration
+	// PollInterval is how long to wait when nothing is queued (default 500ms).
+	PollInterval time.Duration
+	// Evaluator, if set, is run after a harness exiting 0 that reported no
+	// reward; its stdout is the reward.
+	Evaluator []string
+	// EvaluatorTimeout bounds the evaluator (default 60s).
+	EvaluatorTimeout time.Duration
+	// LogTailBytes is how much of each output stream is kept (default 4096).
+	LogTailBytes int
+	// KillGrace is the wait between SIGTERM and SIGKILL (default 5s).
+	KillGrace time.Duration
+	// Logger receives the controller's own logs (default slog.Default()).
+	Logger *slog.Logger
+	// HTTP is the client used to reach the gateway (default: 90s timeout).
+	HTTP *http.Client
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Command) == 0 || c.Command[0] == "" {
+		return c, errors.New("controller: no harness command configured")
+	}
+	if c.GatewayURL == "" {
+		return c, errors.New("controller: no gateway URL configured")
+	}
+	if _, err := url.Parse(c.GatewayURL); err != nil {
+		return c, fmt.Errorf("controller: gateway URL: %w", err)
+	}
+	if c.Mode != "" && !c.Mode.Valid() {
+		return c, fmt.Errorf("controller: mode %q: want train or val", c.Mode)
+	}
+	for _, kv := range c.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return c, fmt.Errorf("controller: env entry %q: want KEY=VALUE", kv)
+		}
+	}
+	c.GatewayURL = strings.TrimRight(c.GatewayURL, "/")
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	if c.WorkerID == "" {
+		h, _ := os.Hostname()
+		if h == "" {
+			h = "controller"
+		}
+		c.WorkerID = h + "-" + strconv.Itoa(os.Getpid())
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 500 * time.Millisecond
+	}
+	if c.EvaluatorTimeout <= 0 {
+		c.EvaluatorTimeout = 60 * time.Second
+	}
+	if c.LogTailBytes <= 0 {
+		c.LogTailBytes = 4096
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Run claims and runs rollouts until ctx ends. On cancellation it kills the
+// running harnesses, fails their attempts ("controller stopped", so that they
+// are requeued at once) and returns nil. It returns an error only for a
+// configuration the gateway refuses (bad URL, wrong admin key).
+func Run(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	cl := api.NewClient(cfg.GatewayURL, cfg.AdminKey)
+	if cfg.HTTP != nil {
+		cl.HTTP = cfg.HTTP
+	}
+	c := &runner{cfg: cfg, api: cl, log: cfg.Logger}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, cfg.Concurrency)
+	backoff := cfg.PollInterval
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		claim, ok, err := cl.Claim(ctx, store.ClaimRequest{WorkerID: cfg.WorkerID, Mode: cfg.Mode})
+		if err != nil {
+			<-slots
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ae *api.Error
+			if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden || ae.Status == http.StatusNotFound) {
+				return fmt.Errorf("controller: claim: %w", err)
+			}
+			c.log.Warn("controller: claim failed", "err", err, "retry_in", backoff)
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = cfg.PollInterval
+		if !ok {
+			<-slots
+			if !sleep(ctx, cfg.PollInterval) {
+				return nil
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			c.runAttempt(ctx, claim)
+		}()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+type runner struct {
+	cfg Config
+	api *api.Client
+	log *slog.Logger
+}
+
+// errLost is the cancel cause of an attempt that ended elsewhere.
+var errLost = errors.New("attempt ended elsewhere")
+
+// attempt is one running attempt.
+type attempt struct {
+	claim   store.Claim
+	rid     string
+	aid     string
+	dir     string
+	outPath string
+	errPath string
+	env     []string
+	log     *slog.Logger
+}
+
+func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
+	a := &attempt{claim: claim, rid: claim.Rollout.ID, aid: claim.Attempt.ID}
+	a.log = c.log.With("rollout", a.rid, "attempt", a.aid)
+	a.log.Debug("controller: attempt claimed")
+	// ctx ends when the controller stops or the attempt is lost.
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		c.heartbeat(ctx, a, cancel)
+	}()
+	defer func() { cancel(nil); <-hbDone }()
+
+	dir, err := os.MkdirTemp("", "agl-attempt-")
+	if err != nil {
+		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+		return
+	}
+	defer os.RemoveAll(dir)
+	a.dir = dir
+	a.outPath, a.errPath = filepath.Join(dir, "stdout.log"), filepath.Join(dir, "stderr.log")
+	rewardPath := filepath.Join(dir, "reward")
+	if err := os.WriteFile(rewardPath, nil, 0o600); err != nil {
+		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+		return
+	}
+	a.env = c.env(claim, rewardPath)
+
+	outF, err1 := os.Create(a.outPath)
+	errF, err2 := os.Create(a.errPath)
+	if err := errors.Join(err1, err2); err != nil {
+		closeAll(outF, errF)
+		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+		return
+	}
+	cmd := exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = c.cfg.Dir, a.env, outF, errF
+	setGroup(cmd)
+	err = cmd.Start()
+	closeAll(outF, errF) // the child holds its own copies
+	if err != nil {
+		c.complete(a, store.AttemptFailed, "start harness: "+err.Error())
+		return
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var deadline <-chan time.Time
+	timeout := time.Duration(claim.Rollout.Config.TimeoutSeconds * float64(time.Second))
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+
+	select {
+	case werr := <-exited:
+		// Orphans the harness left behind do not outlive its attempt.
+		signalGroup(pid, syscall.SIGKILL)
+		c.finish(ctx, a, werr)
+	case <-deadline:
+		signalGroup(pid, syscall.SIGTERM)
+		msg := fmt.Sprintf("timeout: killed after %s", timeout)
+		a.log.Info("controller: attempt timed out, killing its process group", "timeout", timeout)
+		// Record and complete before waiting for the group to die, so that
+		// the store's reaper does not time the attempt out meanwhile.
+		c.appendLogs(ctx, a)
+		c.complete(a, store.AttemptFailed, msg)
+		c.reap(pid, exited)
+	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), errLost) {
+			a.log.Info("controller: attempt ended elsewhere, killing its process group")
+			signalGroup(pid, syscall.SIGKILL)
+			<-exited
+			return
+		}
+		signalGroup(pid, syscall.SIGTERM)
+		c.reap(pid, exited)
+		c.appendLogs(context.Background(), a)
+		c.complete(a, store.AttemptFailed, "controller stopped")
+	}
+}
+
+// reap waits up to KillGrace for the harness to exit after SIGTERM, then
+// kills its whole group.
+func (c *runner) reap(pid int, exited <-chan error) {
+	t := time.NewTimer(c.cfg.KillGrace)
+	defer t.Stop()
+	select {
+	case <-exited:
+	case <-t.C:
+		signalGroup(pid, syscall.SIGKILL)
+		<-exited
+	}
+	signalGroup(pid, syscall.SIGKILL)
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// env builds the harness environment.
+func (c *runner) env(claim store.Claim, rewardPath string) []string {
+	base := c.cfg.GatewayURL + "/r/" + url.PathEscape(claim.Rollout.ID) + "/" + url.PathEscape(claim.Attempt.ID)
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "AGL_ADMIN_KEY=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, c.cfg.Env...)
+	task := string(claim.Rollout.Task)
+	if task == "" {
+		task = "null"
+	}
+	return append(env,
+		"OPENAI_BASE_URL="+base+"/v1",
+		"ANTHROPIC_BASE_URL="+base,
+		"OPENAI_API_KEY="+claim.Key,
+		"ANTHROPIC_API_KEY="+claim.Key,
+		"AGL_TASK="+task,
+		"AGL_REWARD_FILE="+rewardPath,
+		"AGL_EVENTS_URL="+base+"/events",
+		"AGL_ROLLOUT_ID="+claim.Rollout.ID,
+		"AGL_ATTEMPT_ID="+claim.Attempt.ID,
+		"AGL_MODE="+string(claim.Rollout.Mode),
+	)
+}
+
+// heartbeat reports the attempt alive until ctx ends; a 409 or 404 answer
+// cancels the attempt with errLost.
+func (c *runner) heartbeat(ctx context.Context, a *attempt, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, err := c.api.Heartbeat(ctx, a.rid, a.aid)
+		var ae *api.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &ae) && (ae.Status == http.StatusConflict || ae.Status == http.StatusNotFound):
+			cancel(errLost)
+			return
+		case ctx.Err() == nil:
+			a.log.Warn("controller: heartbeat failed", "err", err)
+		}
+	}
+}
+
+// finish handles a harness that exited by itself: logs, reward, completion.
+func (c *runner) finish(ctx context.Context, a *attempt, werr error) {
+	c.appendLogs(ctx, a)
+	code := exitCode(werr)
+	if werr != nil {
+		msg := exitMessage(werr)
+		if line := lastLine(readTail(a.errPath, c.cfg.LogTailBytes)); line != "" {
+			msg += ": " + line
+		}
+		c.complete(a, store.AttemptFailed, msg)
+		return
+	}
+	if err := c.reward(ctx, a, code); err != nil {
+		if errors.Is(context.Cause(ctx), errLost) {
+			return
+		}
+		c.complete(a, store.AttemptFailed, err.Error())
+		return
+	}
+	c.complete(a, store.AttemptSucceeded, "")
+}
+
+// reward records the attempt's reward from the reward file or the evaluator,
+// unless the harness already posted one.
+func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
+	b, err := os.ReadFile(filepath.Join(a.dir, "reward"))
+	if err != nil {
+		return fmt.Errorf("reward file: %w", err)
+	}
+	if b = bytes.TrimSpace(b); len(b) > 0 {
+		data, err := rewardData(b)
+		if err != nil {
+			return fmt.Errorf("reward file: %w", err)
+		}
+		return c.append(ctx, a, store.NewEvent{Type: store.EventReward, Data: data})
+	}
+	if len(c.cfg.Evaluator) == 0 {
+		return nil
+	}
+	evs, err := c.api.ListEvents(ctx, store.EventFilter{RolloutID: a.rid, AttemptID: a.aid, Types: []string{store.EventReward}, Limit: 1})
+	if err != nil {
+		return fmt.Errorf("controller: list reward events: %w", err)
+	}
+	if len(evs) > 0 {
+		return nil // the harness reported its own reward
+	}
+	out, err := c.evaluate(ctx, a, code)
+	if err != nil {
+		return err
+	}
+	data, err := rewardData(out)
+	if err != nil {
+		// Accept a chatty evaluator whose last line is the reward.
+		if data, err = rewardData([]byte(lastLine(string(out)))); err != nil {
+			return fmt.Errorf("evaluator output %q: %w", truncate(string(out), 200), err)
+		}
+	}
+	return c.append(ctx, a, store.NewEvent{Type: store.EventReward, Data: data})
+}
+
+// evaluate runs the evaluator in its own process group and returns its stdout.
+func (c *runner) evaluate(ctx context.Context, a *attempt, code int) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.EvaluatorTimeout)
+	defer cancel()
+	cmd := exec.Command(c.cfg.Evaluator[0], c.cfg.Evaluator[1:]...)
+	cmd.Dir = c.cfg.Dir
+	cmd.Env = append(a.env[:len(a.env):len(a.env)], "AGL_LOG_FILE="+a.outPath, "AGL_STDERR_FILE="+a.errPath, "AGL_EXIT_CODE="+strconv.Itoa(code))
+	var out bytes.Buffer
+	errTail := &tailBuffer{max: c.cfg.LogTailBytes}
+	cmd.Stdout, cmd.Stderr = &limitedWriter{w: &out, n: 1 << 20}, errTail
+	setGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("evaluator: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-exited:
+		signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+	case <-ctx.Done():
+		signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+		return nil, fmt.Errorf("evaluator: %w", context.Cause(ctx))
+	}
+	if err != nil {
+		msg := "evaluator: " + exitMessage(err)
+		if line := lastLine(errTail.String()); line != "" {
+			msg += ": " + line
+		}
+		return nil, errors.New(msg)
+	}
+	return bytes.TrimSpace(out.Bytes()), nil
+}
+
+// rewardData validates a reward (a JSON number or an api.Reward object) and
+// returns it as reward event data.
+func rewardData(b []byte) (json.RawMessage, error) {
+	b = bytes.TrimSpace(b)
+	r, err := api.ParseReward(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 0 && b[0] == '{' {
+		return json.RawMessage(b), nil
+	}
+	return json.Marshal(r)
+}
+
+// logData is the data of the "log" events the controller appends.
+type logData struct {
+	Stream    string `json:"stream"`
+	Text      string `json:"text"`
+	Bytes     int64  `json:"bytes"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// appendLogs appends the stdout and stderr tails (those not empty) as one
+// "log" event each.
+func (c *runner) appendLogs(ctx context.Context, a *attempt) {
+	var evs []store.NewEvent
+	for _, s := range []struct{ name, path string }{{"stdout", a.outPath}, {"stderr", a.errPath}} {
+		fi, err := os.Stat(s.path)
+		if err != nil || fi.Size() == 0 {
+			continue
+		}
+		text := readTail(s.path, c.cfg.LogTailBytes)
+		d, err := json.Marshal(logData{Stream: s.name, Text: text, Bytes: fi.Size(), Truncated: fi.Size() > int64(len(text))})
+		if err != nil {
+			continue
+		}
+		evs = append(evs, store.NewEvent{Type: store.EventLog, Data: d})
+	}
+	if len(evs) == 0 {
+		return
+	}
+	if err := c.append(ctx, a, evs...); err != nil {
+		a.log.Warn("controller: append log events", "err", err)
+	}
+}
+
+func (c *runner) append(ctx context.Context, a *attempt, evs ...store.NewEvent) error {
+	if ctx.Err() != nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.api.AppendEvents(ctx, a.rid, a.aid, evs); err != nil {
+		return fmt.Errorf("controller: append %s event: %w", evs[0].Type, err)
+	}
+	return nil
+}
+
+// complete ends the attempt, once. Transport errors are retried (a lost
+// answer to a call that did land is then answered 409, which means done);
+// any answer from the gateway ends the matter.
+func (c *runner) complete(a *attempt, st store.AttemptStatus, msg string) {
+	msg = truncate(msg, 1000)
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r, err := c.api.Complete(ctx, a.rid, a.aid, st, msg)
+		cancel()
+		var ae *api.Error
+		switch {
+		case err == nil:
+			a.log.Info("controller: attempt completed", "status", st, "error", msg, "rollout_status", r.Status)
+			return
+		case errors.As(err, &ae):
+			if ae.Status == http.StatusConflict {
+				a.log.Info("controller: attempt had already ended", "status", st, "err", err)
+			} else {
+				a.log.Error("controller: complete attempt refused", "status", st, "err", err)
+			}
+			return
+		case try >= 4:
+			a.log.Error("controller: complete attempt failed, the reaper will end it", "status", st, "err", err)
+			return
+		}
+		time.Sleep(time.Duration(200<<try) * time.Millisecond)
+	}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// exitMessage says how the process ended: "exit status N" or "signal: …".
+func exitMessage(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ProcessState.String()
+	}
+	return err.Error()
+}
+
+// readTail returns up to n last bytes of a file.
+func readTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-int64(n), 0)
+	b, _ := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
+	if off > 0 {
+		// Start at a rune boundary.
+		for i := 0; i < len(b) && i < 4; i++ {
+			if b[i]&0xC0 != 0x80 {
+				b = b[i:]
+				break
+			}
+		}
+	}
+	return string(b)
+}
+
+// lastLine returns the last non-blank line of s, trimmed and bounded.
+func lastLine(s string) string {
+	s = strings.TrimRight(s, " \t\r\n")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return truncate(strings.TrimSpace(s), 300)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// limitedWriter keeps the first n bytes and discards the rest.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}

@@ -1,0 +1,3 @@
+#!/bin/sh
+echo "thinking"
+echo "answer 42"

@@ -1,0 +1,4 @@
+#!/bin/sh
+echo "working" >&2
+echo "boom: division by zero" >&2
+exit 3
