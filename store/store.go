@@ -85,12 +85,12 @@ const (
 // in DefaultRolloutConfig.
 type RolloutConfig struct {
 	// TimeoutSeconds bounds one attempt's wall time; 0 means no limit.
-	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty" yaml:"timeout_seconds"`
 	// MaxAttempts is how many attempts may run before the rollout fails.
-	MaxAttempts int `json:"max_attempts,omitempty"`
+	MaxAttempts int `json:"max_attempts,omitempty" yaml:"max_attempts"`
 	// UnresponsiveSeconds: an attempt with no heartbeat for this long is
 	// marked unresponsive; 0 means never.
-	UnresponsiveSeconds float64 `json:"unresponsive_seconds,omitempty"`
+	UnresponsiveSeconds float64 `json:"unresponsive_seconds,omitempty" yaml:"unresponsive_seconds"`
 }
 
 // DefaultRolloutConfig is applied to fields left zero at creation.

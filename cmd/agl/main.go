@@ -25,7 +25,9 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"train", "run the whole RL loop on a config: gateway, controller, trainer, embedded model", runTrain},
 		{"gateway", "serve the store API and LLM routes", runGateway},
+		{"controller", "run harnesses for queued rollouts of a gateway (-- COMMAND ARGS…)", runController},
 		{"rollouts", "list and inspect rollouts on a running gateway (ls | show ID | events ID)", runRollouts},
 		{"model", "create or inspect a model (init --config FILE|--preset NAME --out DIR | info DIR)", runModel},
 		{"sft", "supervised warm start on a JSONL of conversations", runSFT},

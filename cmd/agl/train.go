@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/model"
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/trainer"
+)
+
+// harnessConfig is the `controller:` section of a training config.
+type harnessConfig struct {
+	Command     []string `yaml:"command"`
+	Dir         string   `yaml:"dir"`
+	Env         []string `yaml:"env"`
+	Concurrency int      `yaml:"concurrency"`
+	Evaluator   []string `yaml:"evaluator"`
+}
+
+// embeddedPublisher swaps weights into the in-process engine behind a paused
+// and drained proxy.
+type embeddedPublisher struct {
+	p   *proxy.Proxy
+	eng *model.Engine
+}
+
+func (e embeddedPublisher) Publish(ctx context.Context, w *model.Weights, version int64) error {
+	e.p.Pause()
+	defer e.p.Resume()
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := e.p.Drain(dctx); err != nil {
+		return err
+	}
+	return e.eng.Swap(w, version)
+}
+
+func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "", "where the store, checkpoint, metrics and curve go (default: the config's data_dir)")
+	resume := fs.Bool("resume", false, "continue from the data dir's last checkpoint")
+	steps := fs.Int("steps", 0, "override trainer.steps")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("train: want one config file: agl train CONFIG")
+	}
+	cfgPath := fs.Arg(0)
+	fl := flag.NewFlagSet("", flag.ContinueOnError)
+	load := configFlags(fl)
+	fl.Parse([]string{"--config", cfgPath})
+	c, err := load()
+	if err != nil {
+		return err
+	}
+	if *dataDir != "" {
+		c.DataDir = *dataDir
+	}
+	base := filepath.Dir(cfgPath)
+	rel := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(base, p)
+	}
+	var ec engineConfig
+	var hc harnessConfig
+	var tc trainer.Config
+	var pc proxy.Config
+	for name, v := range map[string]any{"engine": &ec, "controller": &hc, "trainer": &tc, "proxy": &pc} {
+		if err := c.Section(name, v); err != nil {
+			return err
+		}
+	}
+	if *steps > 0 {
+		tc.Steps = *steps
+	}
+	if ec.ModelDir == "" {
+		return fmt.Errorf("train: config has no engine.model_dir (the model to train)")
+	}
+	if len(hc.Command) == 0 {
+		return fmt.Errorf("train: config has no controller.command (the harness to run)")
+	}
+	ec.ModelDir, tc.Tasks, tc.ValTasks, hc.Dir = rel(ec.ModelDir), rel(tc.Tasks), rel(tc.ValTasks), rel(hc.Dir)
+	if hc.Dir == "" {
+		hc.Dir = base
+	}
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return err
+	}
+	ckpt := trainer.CheckpointDir(c.DataDir)
+	_, haveCkpt := os.Stat(ckpt)
+	_, haveMetrics := os.Stat(filepath.Join(c.DataDir, "metrics.jsonl"))
+	if !*resume && (haveCkpt == nil || haveMetrics == nil) {
+		return fmt.Errorf("train: %s holds a previous run: pass --resume to continue it, or --data-dir for a new one", c.DataDir)
+	}
+	if *resume && haveCkpt != nil {
+		return fmt.Errorf("train: --resume but %s has no checkpoint", ckpt)
+	}
+
+	log := newLogger()
+	st, err := openStore(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	format, err := chat.LoadDir(ec.ModelDir)
+	if err != nil {
+		return err
+	}
+	opt := model.DefaultAdamW()
+	if tc.LR > 0 {
+		opt.LR = tc.LR
+	}
+	state := trainer.State{Version: 1}
+	weightsDir := ec.ModelDir
+	if *resume {
+		if state, err = trainer.LoadState(ckpt); err != nil {
+			return err
+		}
+		weightsDir = ckpt
+	}
+	w, err := model.Load(weightsDir)
+	if err != nil {
+		return err
+	}
+	m, err := model.New(w.Config, ec.Backend)
+	if err != nil {
+		return err
+	}
+	var tr *model.Trainer
+	if *resume {
+		tr, err = model.LoadTrainer(m, ckpt, opt)
+	} else {
+		tr, err = model.NewTrainer(m, w, opt)
+	}
+	if err != nil {
+		return err
+	}
+	name := ec.Name
+	if name == "" {
+		name = "agl"
+	}
+	eng, err := model.NewEngine(m, w, state.Version, model.EngineOptions{Name: name, MaxBatch: ec.MaxBatch})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	px := proxy.New(pc, st, proxy.NewTokenBackend(eng, format, format.Tokenizer(), 0))
+	if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: state.Version, Weights: weightsDir}); err != nil && !errors.Is(err, store.ErrConflict) {
+		return err
+	}
+
+	// Gateway and controller run in process, on loopback, with a fresh key.
+	var kb [24]byte
+	rand.Read(kb[:])
+	key := hex.EncodeToString(kb[:])
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	gctx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopGateway()
+	srv := gateway.New(gateway.Options{Store: st, AdminKey: key, LLM: px, Logger: log, Version: version()})
+	gwDone := make(chan error, 1)
+	go func() { gwDone <- srv.Serve(gctx, ln, 10*time.Second, nil) }()
+	url := "http://" + ln.Addr().String()
+	cctx, stopController := context.WithCancel(ctx)
+	defer stopController()
+	ctlDone := make(chan error, 1)
+	go func() {
+		ctlDone <- controller.Run(cctx, controller.Config{GatewayURL: url, AdminKey: key, Command: hc.Command, Dir: hc.Dir,
+			Env: hc.Env, Concurrency: hc.Concurrency, Evaluator: hc.Evaluator, Logger: log, PollInterval: 100 * time.Millisecond})
+	}()
+	fmt.Fprintf(stdout, "agl train: gateway %s, model %s v%d (%s), data %s\n", url, name, state.Version, ec.ModelDir, c.DataDir)
+
+	loop, err := trainer.New(tc, st, tr, embeddedPublisher{px, eng}, state, c.DataDir, name, log, stdout)
+	if err != nil {
+		return err
+	}
+	sum, runErr := loop.Run(ctx)
+	stopController()
+	if err := <-ctlDone; err != nil && !errors.Is(err, context.Canceled) {
+		log.Warn("controller", "err", err)
+	}
+	stopGateway()
+	<-gwDone
+	if runErr != nil {
+		return runErr
+	}
+	curve := filepath.Join(c.DataDir, "curve.svg")
+	if err := trainer.WriteCurve(filepath.Join(c.DataDir, "metrics.jsonl"), curve); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\ndone in %s: validation success %.1f%% → %.1f%% (reward %.3f → %.3f) over %d held-out tasks\nmetrics %s\ncurve   %s\ncheckpoint %s\n",
+		sum.Elapsed.Round(time.Second), 100*sum.Before.SuccessRate, 100*sum.After.SuccessRate, sum.Before.RewardMean,
+		sum.After.RewardMean, sum.After.Rollouts, filepath.Join(c.DataDir, "metrics.jsonl"), curve, ckpt)
+	return nil
+}
