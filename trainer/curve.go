@@ -46,8 +46,8 @@ func WriteCurve(metricsPath, svgPath string) error {
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">step (of %d)</text>`+"\n", W/2, H-15, maxStep)
 	series := []struct {
 		name, color, dash string
-		pts              []StepMetrics
-		val              func(StepMetrics) float64
+		pts               []StepMetrics
+		val               func(StepMetrics) float64
 	}{
 		{"train reward", "#1f77b4", "", train, func(m StepMetrics) float64 { return m.RewardMean }},
 		{"train success", "#1f77b4", "4 3", train, func(m StepMetrics) float64 { return m.SuccessRate }},
