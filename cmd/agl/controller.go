@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/controller"
 	"github.com/aglrl/agl/store"
 )
@@ -19,22 +22,25 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-// runController is `agl controller [flags] -- HARNESS ARGS…`: it claims
-// rollouts from a gateway and runs the harness once per attempt.
+// runController is `agl controller [flags] [-- HARNESS ARGS…]`: it claims
+// rollouts from a gateway and runs the harness once per attempt. Settings
+// come from the config file's controller section, overridden by flags; the
+// harness after -- replaces the configured command.
 func runController(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: agl controller [flags] -- HARNESS [ARGS…]\n\nClaims rollouts from a gateway and runs the harness once per attempt\n(the admin key comes from AGL_ADMIN_KEY).\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: agl controller [flags] [-- HARNESS ARGS…]\n\nClaims rollouts from a gateway and runs the harness once per attempt.\nThe admin key comes from AGL_ADMIN_KEY (or the config's gateway.admin_key).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	client := clientFlags(fs)
+	cfgPath := fs.String("config", "", "YAML config file (its controller: and gateway: sections)")
+	gw := fs.String("gateway", "", "gateway URL (default env AGL_GATEWAY_URL, else the config's gateway.listen, else http://127.0.0.1:8080)")
 	concurrency := fs.Int("concurrency", 1, "attempts run at once")
 	dir := fs.String("dir", "", "harness working directory (default: the current one)")
 	var env multiFlag
 	fs.Var(&env, "env", "extra KEY=VALUE for the harness (repeatable)")
 	worker := fs.String("worker", "", "worker id (default host-pid)")
 	mode := fs.String("mode", "", "claim only rollouts of this mode (train or val)")
-	evaluator := fs.String("evaluator", "", "shell command run after a harness that reported no reward; its stdout is the reward")
+	evaluator := fs.String("evaluator", "", "shell command run after a harness that exited 0 without a reward; its stdout is the reward")
 	heartbeat := fs.Duration("heartbeat", 0, "heartbeat interval (default 10s)")
 	poll := fs.Duration("poll", 0, "wait when nothing is queued (default 500ms)")
 	logTail := fs.Int("log-tail", 0, "bytes of stdout/stderr kept per attempt (default 4096)")
@@ -43,33 +49,81 @@ func runController(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("controller: want the harness command after --")
+	fc, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
 	}
+	var sec controller.Section
+	if err := fc.Section("controller", &sec); err != nil {
+		return err
+	}
+	base := ""
+	if *cfgPath != "" {
+		base = filepath.Dir(*cfgPath)
+	}
+	cfg := sec.Config(base)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["concurrency"] {
+		cfg.Concurrency = *concurrency
+	}
+	if set["dir"] {
+		cfg.Dir = *dir
+	}
+	cfg.Env = append(cfg.Env, env...)
+	if set["worker"] {
+		cfg.WorkerID = *worker
+	}
+	if set["mode"] {
+		cfg.Mode = store.Mode(*mode)
+	}
+	if set["evaluator"] {
+		cfg.Evaluator = []string{"sh", "-c", *evaluator}
+	}
+	if set["heartbeat"] {
+		cfg.HeartbeatInterval = *heartbeat
+	}
+	if set["poll"] {
+		cfg.PollInterval = *poll
+	}
+	if set["log-tail"] {
+		cfg.LogTailBytes = *logTail
+	}
+	if set["kill-grace"] {
+		cfg.KillGrace = *grace
+	}
+	if fs.NArg() > 0 {
+		cfg.Command = fs.Args()
+	}
+	if len(cfg.Command) == 0 {
+		fs.Usage()
+		return fmt.Errorf("controller: want the harness command after -- (or controller.command in --config)")
+	}
+	cfg.GatewayURL = *gw
+	if cfg.GatewayURL == "" {
+		cfg.GatewayURL = os.Getenv("AGL_GATEWAY_URL")
+	}
+	if cfg.GatewayURL == "" {
+		cfg.GatewayURL = listenURL(fc.Gateway.Listen)
+	}
+	cfg.AdminKey = fc.Gateway.AdminKey
 	level := slog.LevelWarn
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	c := client()
-	cfg := controller.Config{
-		GatewayURL:        c.BaseURL,
-		AdminKey:          c.Key,
-		Command:           fs.Args(),
-		Dir:               *dir,
-		Env:               env,
-		Concurrency:       *concurrency,
-		WorkerID:          *worker,
-		Mode:              store.Mode(*mode),
-		HeartbeatInterval: *heartbeat,
-		PollInterval:      *poll,
-		LogTailBytes:      *logTail,
-		KillGrace:         *grace,
-		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
-	}
-	if *evaluator != "" {
-		cfg.Evaluator = []string{"sh", "-c", *evaluator}
-	}
-	fmt.Fprintf(stdout, "agl controller: %s, concurrency %d, harness %q\n", c.BaseURL, max(*concurrency, 1), fs.Args())
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	fmt.Fprintf(stdout, "agl controller: %s, concurrency %d, harness %q\n", cfg.GatewayURL, max(cfg.Concurrency, 1), cfg.Command)
 	return controller.Run(ctx, cfg)
+}
+
+// listenURL turns a listen address into a URL to reach it locally.
+func listenURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://127.0.0.1:8080"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
