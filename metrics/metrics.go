@@ -28,12 +28,18 @@ type Options struct {
 	ScrapeTimeout time.Duration
 	// Runtime adds the Go runtime and process collectors.
 	Runtime bool
+	// CallsFromEvents makes the store returned by WrapStore also record
+	// model calls (count, latency, tokens; status 200) from the
+	// "model_request" events appended through it, for when the proxy does
+	// not call ObserveCall itself. Do not set both, or calls count twice.
+	CallsFromEvents bool
 }
 
 // Metrics holds agl's metric families and the registry they live in.
 // All methods are safe for concurrent use.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg             *prometheus.Registry
+	callsFromEvents bool
 
 	calls        *prometheus.CounterVec
 	callDuration *prometheus.HistogramVec
@@ -63,7 +69,8 @@ func New(opt Options) *Metrics {
 		opt.ScrapeTimeout = 5 * time.Second
 	}
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg:             prometheus.NewRegistry(),
+		callsFromEvents: opt.CallsFromEvents,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agl_model_calls_total",
 			Help: "Model calls served by the gateway, by API shape and HTTP status.",

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -144,7 +145,9 @@ func (w *statusWriter) Flush() {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // WrapStore returns st with AppendEvents and Reap counted in m: events
-// appended by type, and reaper actions. Everything else passes through.
+// appended by type, reaper actions, and (with Options.CallsFromEvents) the
+// model calls that "model_request" events describe. Everything else passes
+// through.
 func (m *Metrics) WrapStore(st store.Store) store.Store { return &countingStore{Store: st, m: m} }
 
 type countingStore struct {
@@ -162,8 +165,34 @@ func (s *countingStore) AppendEvents(ctx context.Context, rolloutID, attemptID s
 		for t, n := range byType {
 			s.m.ObserveEvents(t, n)
 		}
+		if s.m.callsFromEvents && byType[store.EventModelRequest] > 0 {
+			for _, e := range evs {
+				if e.Type == store.EventModelRequest {
+					s.m.observeCallEvent(e.Data)
+				}
+			}
+		}
 	}
 	return out, err
+}
+
+// callSummary is the part of an api.ModelCall the metrics need; decoding
+// into it skips the token arrays and bodies without allocating them.
+type callSummary struct {
+	API   string `json:"api"`
+	Usage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	LatencyMS float64 `json:"latency_ms"`
+}
+
+func (m *Metrics) observeCallEvent(data json.RawMessage) {
+	var c callSummary
+	if json.Unmarshal(data, &c) != nil || c.API == "" {
+		return
+	}
+	m.ObserveCall(c.API, http.StatusOK, time.Duration(c.LatencyMS*float64(time.Millisecond)), c.Usage.PromptTokens, c.Usage.CompletionTokens)
 }
 
 func (s *countingStore) Reap(ctx context.Context, now time.Time) (store.ReapResult, error) {
