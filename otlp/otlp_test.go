@@ -28,16 +28,19 @@ import (
 const adminKey = "admin-secret"
 
 type env struct {
-	st     store.Store
-	srv    *httptest.Server
-	claims []store.Claim // running attempts of rollouts r0, r1
-	stored int
-	reject int
+	st      store.Store
+	handler http.Handler
+	srv     *httptest.Server
+	claims  []store.Claim // running attempts of rollouts r0, r1
+	stored  int
+	reject  int
 }
 
 // newEnv starts the intake on a real sqlite store with two running attempts
 // (r0, r1) and one queuing rollout (rq).
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvTB(t) }
+
+func newEnvTB(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
@@ -67,6 +70,7 @@ func newEnv(t *testing.T) *env {
 		otlp.WithAuthorize(func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer "+adminKey }),
 		otlp.WithObserver(func(s, r int) { e.stored += s; e.reject += r }),
 	)
+	e.handler = h
 	mux := http.NewServeMux()
 	otlp.Mount(mux, h)
 	e.srv = httptest.NewServer(mux)
