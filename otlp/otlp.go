@@ -10,8 +10,15 @@
 //	POST /r/{rollout}/{attempt}/v1/traces  the attempt's scoped key (or admin); spans
 //	                                       without those attributes go to that attempt
 //
-// The second lets a harness point its OTLP exporter at the same base URL it
-// uses for the model (OTEL_EXPORTER_OTLP_ENDPOINT=<gateway>/r/{rollout}/{attempt}).
+// The second lets a harness point its OTLP exporter at the same base it
+// uses for the model, with the same scoped key; with any OpenTelemetry SDK:
+//
+//	OTEL_EXPORTER_OTLP_ENDPOINT=http://<gateway>/r/<rollout>/<attempt>
+//	OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer <scoped key>"
+//	OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf   (or http/json)
+//
+// (the SDK appends /v1/traces to OTEL_EXPORTER_OTLP_ENDPOINT; gzip
+// compression is accepted).
 //
 // A span's attributes win over its resource's, which win over the path. A
 // span naming a rollout but no attempt goes to that rollout's running
