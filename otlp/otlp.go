@@ -253,6 +253,11 @@ func (h *handler) serve(r *http.Request) (stored, rejected int, resp []byte, ct 
 	}
 	req := ptraceotlp.NewExportRequest()
 	if isJSON {
+		// pdata's decoder stops at the end of the first value; reject
+		// anything that is not one well-formed JSON document.
+		if !json.Valid(body) {
+			return 0, 0, nil, "", errorf(http.StatusBadRequest, "invalid_request", "malformed OTLP JSON payload: not valid JSON")
+		}
 		err = req.UnmarshalJSON(body)
 	} else {
 		err = req.UnmarshalProto(body)
