@@ -21,11 +21,13 @@
 //
 // When the harness exits, the last LogTailBytes of its stdout and of its
 // stderr are appended as one "log" event each ({"stream","text","bytes",
-// "truncated"}). The reward comes from, in order: a reward event the harness
-// posted to AGL_EVENTS_URL; the reward file (a JSON number or an api.Reward
-// object); the Evaluator command, run with the same environment plus
-// AGL_LOG_FILE (the harness's full stdout), AGL_STDERR_FILE and
-// AGL_EXIT_CODE, whose stdout is parsed the same way. Then the attempt is
+// "truncated"}). The reward: a harness may post reward events to
+// AGL_EVENTS_URL itself; a non-empty reward file (a JSON number or an
+// api.Reward object) is appended as a reward event (being the newest, it is
+// the one the rollout's reward summary takes); with neither, the Evaluator
+// command, if configured, runs with the same environment plus AGL_LOG_FILE
+// (the harness's full stdout), AGL_STDERR_FILE and AGL_EXIT_CODE, and its
+// stdout (or its last line) is parsed like the reward file. Then the attempt is
 // completed exactly once: exit 0 → succeeded; otherwise failed with
 // "exit status N: <last stderr line>", which the store retries up to the
 // rollout's max_attempts.
@@ -377,7 +379,12 @@ func (c *runner) env(claim store.Claim, rewardPath string) []string {
 // heartbeat reports the attempt alive until ctx ends; a 409 or 404 answer
 // cancels the attempt with errLost.
 func (c *runner) heartbeat(ctx context.Context, a *attempt, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	every := c.cfg.HeartbeatInterval
+	// Beat well within the rollout's unresponsive limit, whatever the config.
+	if u := time.Duration(a.claim.Rollout.Config.UnresponsiveSeconds * float64(time.Second)); u > 0 && every > u/3 {
+		every = max(u/3, 10*time.Millisecond)
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {

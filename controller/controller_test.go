@@ -1,3 +1,5 @@
+//go:build unix
+
 package controller_test
 
 import (
@@ -610,6 +612,22 @@ func TestBadRewardFile(t *testing.T) {
 	rs := e.wait(t, ids, 10*time.Second)
 	if r := rs[0]; r.Status != store.RolloutFailed || !strings.Contains(r.Error, "reward file") {
 		t.Errorf("rollout %s %q, want failed on the reward file", r.Status, r.Error)
+	}
+	e.checkOnce(t, rs)
+}
+
+// TestHeartbeatWithinUnresponsiveLimit: an attempt heartbeats often enough
+// for its rollout's unresponsive_seconds even when HeartbeatInterval is
+// longer, so the reaper leaves a slow but live harness alone.
+func TestHeartbeatWithinUnresponsiveLimit(t *testing.T) {
+	e := newEnv(t, 50*time.Millisecond)
+	ids := e.create(t, 1, store.RolloutConfig{UnresponsiveSeconds: 0.3}, `{}`)
+	cfg := e.config("sh", "-c", `sleep 1; echo 1 > "$AGL_REWARD_FILE"`)
+	cfg.HeartbeatInterval = time.Minute
+	start(t, cfg)
+	rs := e.wait(t, ids, 10*time.Second)
+	if r := rs[0]; r.Status != store.RolloutSucceeded || r.NumAttempts != 1 {
+		t.Fatalf("rollout %s after %d attempts: %s", r.Status, r.NumAttempts, r.Error)
 	}
 	e.checkOnce(t, rs)
 }
