@@ -70,7 +70,7 @@ func (s *Server) guard(a access, fn handlerFunc) http.Handler {
 }
 
 func (s *Server) authorize(a access, r *http.Request) error {
-	if a == public || s.isAdmin(r) {
+	if a == public || s.IsAdmin(r) {
 		return nil
 	}
 	key := RequestKey(r)

@@ -45,6 +45,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is reported by /api/health and /api/gateway.
 	Version string
+	// Wrap, if set, wraps the whole handler when serving (e.g. metrics.Middleware).
+	Wrap func(http.Handler) http.Handler
 }
 
 // Server is the gateway.
@@ -94,8 +96,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// isAdmin reports whether the request carries the admin key (or none is set).
-func (s *Server) isAdmin(r *http.Request) bool {
+// IsAdmin reports whether the request carries the admin key (or none is
+// set), compared in constant time.
+func (s *Server) IsAdmin(r *http.Request) bool {
 	if s.opt.AdminKey == "" {
 		return true
 	}
@@ -147,7 +150,11 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, drainTimeout t
 
 // Serve is ListenAndServe on an existing listener.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, drainTimeout time.Duration, ready func(net.Addr)) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	var h http.Handler = s
+	if s.opt.Wrap != nil {
+		h = s.opt.Wrap(s)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	var wg sync.WaitGroup
 	rctx, stopReaper := context.WithCancel(ctx)
 	defer stopReaper()

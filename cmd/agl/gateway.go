@@ -12,6 +12,8 @@ import (
 
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/metrics"
+	"github.com/aglrl/agl/otlp"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/postgres"
 	"github.com/aglrl/agl/store/sqlite"
@@ -92,8 +94,10 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	m := metrics.New(metrics.Options{Store: st, Runtime: true, CallsFromEvents: true})
+	st = m.WrapStore(st)
 	opt := gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
-		ReapInterval: c.Gateway.ReapInterval, Logger: log, Version: version()}
+		ReapInterval: c.Gateway.ReapInterval, Logger: log, Version: version(), Wrap: m.Middleware}
 	if l != nil {
 		opt.LLM = l.Proxy
 		if l.Engine != nil {
@@ -103,6 +107,8 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		log.Info("no engine configured: LLM routes answer 404 (set engine.model_dir or engine.upstream)")
 	}
 	srv := gateway.New(opt)
+	srv.Handle("GET /metrics", m.Handler())
+	otlp.Mount(srv, otlp.NewHandler(st, otlp.WithAuthorize(srv.IsAdmin), otlp.WithObserver(m.ObserveSpans), otlp.WithLogger(log)))
 	if c.Gateway.AdminKey == "" {
 		log.Warn("no admin key set: the API is open to anyone on this machine, so the gateway listens on loopback only (set AGL_ADMIN_KEY to listen elsewhere)")
 	}
