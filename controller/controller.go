@@ -67,7 +67,8 @@ type Config struct {
 	GatewayURL string
 	// AdminKey authenticates claims, heartbeats and completions.
 	AdminKey string
-	// Command is the harness: program and arguments (required).
+	// Command is the harness: program and arguments (required). A program
+	// name without a slash is looked up in PATH; "./x" is relative to Dir.
 	Command []string
 	// Dir is the harness's working directory ("" = the controller's).
 	Dir string

@@ -48,7 +48,7 @@ type statusWriter struct {
 
 func (w *statusWriter) WriteHeader(s int) { w.status = s; w.ResponseWriter.WriteHeader(s) }
 
-func newEnv(t *testing.T, reapInterval time.Duration) *env {
+func newEnv(t testing.TB, reapInterval time.Duration) *env {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
@@ -97,7 +97,7 @@ func newEnv(t *testing.T, reapInterval time.Duration) *env {
 	return e
 }
 
-func (e *env) create(t *testing.T, n int, cfg store.RolloutConfig, task string) []string {
+func (e *env) create(t testing.TB, n int, cfg store.RolloutConfig, task string) []string {
 	t.Helper()
 	var nr []store.NewRollout
 	for i := 0; i < n; i++ {
