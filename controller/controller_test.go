@@ -242,6 +242,7 @@ func TestRewardSources(t *testing.T) {
 		{"reward event", []string{"python3", "reward_event.py"}, nil, ptr(1)},
 		{"reward event wins over evaluator", []string{"python3", "reward_event.py"}, []string{"sh", "-c", "echo 0.25"}, ptr(1)},
 		{"evaluator", []string{"sh", "answer.sh"}, []string{"sh", "-c", `grep -q "answer 42" "$AGL_LOG_FILE" && echo "checked" && echo 1 || echo 0`}, ptr(1)},
+		{"harness relative to dir", []string{"./answer.sh"}, []string{"sh", "-c", `grep -q "answer 42" "$AGL_LOG_FILE" && echo 1 || echo 0`}, ptr(1)},
 		{"evaluator says zero", []string{"sh", "silent.sh"}, []string{"sh", "-c", `grep -q "answer 42" "$AGL_LOG_FILE" && echo 1 || echo 0`}, ptr(0)},
 		{"no reward", []string{"sh", "silent.sh"}, nil, nil},
 	}
