@@ -39,6 +39,7 @@ type env struct {
 	mu        sync.Mutex
 	completes map[string]int // ".../attempts/{aid}/complete" → 2xx answers
 	refused   int            // non-2xx answers to complete
+	inflight  int            // completions being served
 }
 
 type statusWriter struct {
@@ -63,9 +64,13 @@ func newEnv(t testing.TB, reapInterval time.Duration) *env {
 			gw.ServeHTTP(w, r)
 			return
 		}
+		e.mu.Lock()
+		e.inflight++
+		e.mu.Unlock()
 		sw := &statusWriter{ResponseWriter: w, status: 200}
 		gw.ServeHTTP(sw, r)
 		e.mu.Lock()
+		e.inflight--
 		if sw.status < 300 {
 			e.completes[r.URL.Path]++
 		} else {
@@ -185,6 +190,16 @@ func (e *env) wait(t *testing.T, ids []string, within time.Duration) []store.Rol
 // through the API and no completion was refused.
 func (e *env) checkOnce(t *testing.T, rs []store.Rollout) {
 	t.Helper()
+	// A rollout turns terminal inside the completion request: let the
+	// counting middleware see its answer.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		e.mu.Lock()
+		idle := e.inflight == 0
+		e.mu.Unlock()
+		if idle || time.Now().After(deadline) {
+			break
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0
