@@ -22,15 +22,6 @@ import (
 	"github.com/aglrl/agl/trainer"
 )
 
-// harnessConfig is the `controller:` section of a training config.
-type harnessConfig struct {
-	Command     []string `yaml:"command"`
-	Dir         string   `yaml:"dir"`
-	Env         []string `yaml:"env"`
-	Concurrency int      `yaml:"concurrency"`
-	Evaluator   []string `yaml:"evaluator"`
-}
-
 // embeddedPublisher swaps weights into the in-process engine behind a paused
 // and drained proxy.
 type embeddedPublisher struct {
@@ -79,7 +70,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		return filepath.Join(base, p)
 	}
 	var ec engineConfig
-	var hc harnessConfig
+	var hc controller.Section
 	var tc trainer.Config
 	var pc proxy.Config
 	for name, v := range map[string]any{"engine": &ec, "controller": &hc, "trainer": &tc, "proxy": &pc} {
@@ -96,10 +87,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(hc.Command) == 0 {
 		return fmt.Errorf("train: config has no controller.command (the harness to run)")
 	}
-	ec.ModelDir, tc.Tasks, tc.ValTasks, hc.Dir = rel(ec.ModelDir), rel(tc.Tasks), rel(tc.ValTasks), rel(hc.Dir)
-	if hc.Dir == "" {
-		hc.Dir = base
-	}
+	ec.ModelDir, tc.Tasks, tc.ValTasks = rel(ec.ModelDir), rel(tc.Tasks), rel(tc.ValTasks)
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return err
 	}
@@ -184,8 +172,12 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	defer stopController()
 	ctlDone := make(chan error, 1)
 	go func() {
-		ctlDone <- controller.Run(cctx, controller.Config{GatewayURL: url, AdminKey: key, Command: hc.Command, Dir: hc.Dir,
-			Env: hc.Env, Concurrency: hc.Concurrency, Evaluator: hc.Evaluator, Logger: log, PollInterval: 100 * time.Millisecond})
+		cc := hc.Config(base)
+		cc.GatewayURL, cc.AdminKey, cc.Logger = url, key, log
+		if cc.PollInterval == 0 {
+			cc.PollInterval = 100 * time.Millisecond
+		}
+		ctlDone <- controller.Run(cctx, cc)
 	}()
 	fmt.Fprintf(stdout, "agl train: gateway %s, model %s v%d (%s), data %s\n", url, name, state.Version, ec.ModelDir, c.DataDir)
 
