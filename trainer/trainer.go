@@ -207,6 +207,9 @@ func ReadTasks(path string) ([]json.RawMessage, error) {
 // Run trains until cfg.Steps steps are done or ctx ends.
 func (l *Loop) Run(ctx context.Context) (summary Summary, err error) {
 	start := time.Now()
+	if err := l.dropMetricsAfter(l.state.Step); err != nil {
+		return summary, err
+	}
 	summary.Before, err = l.validate(ctx)
 	if err != nil {
 		return summary, err
@@ -442,6 +445,30 @@ func (l *Loop) appendMetrics(m StepMetrics) error {
 	b, _ := json.Marshal(m)
 	_, err = f.Write(append(b, '\n'))
 	return err
+}
+
+// dropMetricsAfter removes metrics of steps past the checkpoint a resumed
+// run starts from: those steps are redone from the checkpoint's weights, so
+// each step appears once in metrics.jsonl and the curve.
+func (l *Loop) dropMetricsAfter(step int) error {
+	path := filepath.Join(l.dataDir, "metrics.jsonl")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	var keep bytes.Buffer
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var m StepMetrics
+		if len(bytes.TrimSpace(line)) == 0 || json.Unmarshal(line, &m) != nil || m.Step > step {
+			continue
+		}
+		keep.Write(line)
+		keep.WriteByte('\n')
+	}
+	return os.WriteFile(path, keep.Bytes(), 0o644)
 }
 
 // CheckpointDir is where the latest checkpoint lives.

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,5 +142,82 @@ trainer:
 	}
 	if !strings.Contains(out.String(), "step 3/3") || strings.Contains(out.String(), "step 1/3") {
 		t.Errorf("resume did not continue at step 3:\n%s", out.String())
+	}
+}
+
+// TestTrainKillResume SIGKILLs a real `agl train` process after its first
+// checkpoint and resumes it: the run finishes every step once, and each
+// step's metrics appear once.
+func TestTrainKillResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	bin, err := buildAgl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
+		t.Fatalf("model init: %v\n%s", err, out.String())
+	}
+	var tasks strings.Builder
+	for i := 0; i < 10; i++ {
+		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
+	}
+	os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(tasks.String()), 0o644)
+	harness, _ := filepath.Abs("testdata/letter_harness.py")
+	cfgPath := filepath.Join(dir, "agl.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`data_dir: run
+engine: {model_dir: model}
+controller: {command: [python3, %q], concurrency: 4}
+trainer: {tasks: tasks.jsonl, steps: 4, tasks_per_step: 2, group_size: 4, lr: 0.01}
+`, harness)), 0o644)
+	cmd := exec.CommandContext(ctx, bin, "train", cfgPath)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := trainer.CheckpointDir(filepath.Join(dir, "run"))
+	for {
+		if st, err := trainer.LoadState(ckpt); err == nil && st.Step >= 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no checkpoint appeared:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	killedAt, _ := trainer.LoadState(ckpt)
+	out.Reset()
+	res := exec.CommandContext(ctx, bin, "train", "--resume", cfgPath)
+	res.Stdout, res.Stderr = &out, &out
+	if err := res.Run(); err != nil {
+		t.Fatalf("resume: %v\n%s", err, out.String())
+	}
+	st, _ := trainer.LoadState(ckpt)
+	if st.Step != 4 {
+		t.Fatalf("resumed run ended at step %d", st.Step)
+	}
+	if strings.Contains(out.String(), fmt.Sprintf("step %d/4", killedAt.Step)) {
+		t.Errorf("resume redid step %d, which the checkpoint had:\n%s", killedAt.Step, out.String())
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "run", "metrics.jsonl"))
+	seen := map[int]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m trainer.StepMetrics
+		json.Unmarshal([]byte(line), &m)
+		if m.Mode == "train" {
+			seen[m.Step]++
+		}
+	}
+	for s := 1; s <= 4; s++ {
+		if seen[s] != 1 {
+			t.Errorf("step %d has %d metrics lines, want 1 (%v)", s, seen[s], seen)
+		}
 	}
 }
