@@ -37,7 +37,12 @@ type Task struct {
 func main() {
 	gen := flag.Int("gen", 0, "write this many seeded tasks as JSONL to stdout instead of playing")
 	seed := flag.Uint64("seed", 1, "task seed")
+	demos := flag.Int("demos", 0, "write this many binary-search games as SFT conversations (JSONL) instead of playing")
 	flag.Parse()
+	if *demos > 0 {
+		writeDemos(*demos, *seed)
+		return
+	}
 	if *gen > 0 {
 		r := rand.New(rand.NewPCG(*seed, *seed^0x9e3779b97f4a7c15))
 		enc := json.NewEncoder(os.Stdout)
@@ -50,6 +55,42 @@ func main() {
 		fmt.Fprintln(os.Stderr, "guess:", err)
 		os.Exit(1)
 	}
+}
+
+// writeDemos writes games played by binary search, in agl's conversation
+// format, for a supervised warm start (`agl sft`).
+func writeDemos(n int, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
+	enc := json.NewEncoder(os.Stdout)
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	for i := 0; i < n; i++ {
+		t := Task{Secret: 1 + r.IntN(32), Max: 32, Turns: 6}
+		msgs := []msg{{"system", systemPrompt(t)}, {"user", "Guess."}}
+		lo, hi := 1, t.Max
+		for turn := 0; turn < t.Turns; turn++ {
+			g := (lo + hi) / 2
+			msgs = append(msgs, msg{"assistant", strconv.Itoa(g)})
+			if g == t.Secret {
+				msgs = append(msgs, msg{"user", "Correct."})
+				break
+			}
+			if g < t.Secret {
+				lo = g + 1
+				msgs = append(msgs, msg{"user", "Higher."})
+			} else {
+				hi = g - 1
+				msgs = append(msgs, msg{"user", "Lower."})
+			}
+		}
+		enc.Encode(map[string]any{"messages": msgs[:len(msgs)-1]})
+	}
+}
+
+func systemPrompt(t Task) string {
+	return fmt.Sprintf("Find my number from 1 to %d. Answer with one number.", t.Max)
 }
 
 var number = regexp.MustCompile(`-?\d+`)
@@ -75,7 +116,7 @@ func play() error {
 	defer cancel()
 	client := openai.NewClient(option.WithMaxRetries(2)) // OPENAI_BASE_URL, OPENAI_API_KEY from the env
 	msgs := []openai.ChatCompletionMessageParamUnion{
-		openai.SystemMessage(fmt.Sprintf("Find my number from 1 to %d. Answer with one number.", t.Max)),
+		openai.SystemMessage(systemPrompt(t)),
 		openai.UserMessage("Guess."),
 	}
 	found, last := false, 0
