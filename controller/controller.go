@@ -571,7 +571,12 @@ func (c *runner) complete(a *attempt, st store.AttemptStatus, msg string) {
 		var ae *api.Error
 		switch {
 		case err == nil:
-			a.log.Info("controller: attempt completed", "status", st, "error", msg, "rollout_status", r.Status)
+			// Successes are routine (one per rollout); failures are news.
+			level := slog.LevelInfo
+			if st == store.AttemptSucceeded {
+				level = slog.LevelDebug
+			}
+			a.log.Log(context.Background(), level, "controller: attempt completed", "status", st, "error", msg, "rollout_status", r.Status)
 			return
 		case errors.As(err, &ae):
 			if ae.Status == http.StatusConflict {
