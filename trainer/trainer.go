@@ -212,7 +212,9 @@ type State struct {
 	Cursor int `json:"cursor"`
 }
 
-// StepMetrics is one line of metrics.jsonl.
+// StepMetrics is one line of metrics.jsonl. RolloutSecs is the wait for
+// the step's rollouts: in async mode, only what generation ahead did not
+// cover.
 type StepMetrics struct {
 	Step          int       `json:"step"`
 	Mode          string    `json:"mode"` // train or val
@@ -226,6 +228,12 @@ type StepMetrics struct {
 	Tokens        int       `json:"tokens,omitempty"`
 	TrainedTokens int       `json:"trained_tokens,omitempty"`
 	DroppedGroups int       `json:"dropped_groups,omitempty"`
+	Loss          float64   `json:"loss,omitempty"`
+	GradNorm      float64   `json:"grad_norm,omitempty"`
+	RolloutSecs   float64   `json:"rollout_seconds"`
+	TrainSecs     float64   `json:"train_seconds,omitempty"`
+	TokensPerSec  float64   `json:"tokens_per_second,omitempty"`
+
 	// Staleness of the trained samples in versions (mean and max), and
 	// the groups and samples staler than max_staleness (dropped unless
 	// on_stale: keep).
@@ -235,14 +243,7 @@ type StepMetrics struct {
 	StaleSamples  int     `json:"stale_samples,omitempty"`
 	// Replaced counts rollouts run again because a stop of the run cut
 	// them off (see Interrupted).
-	Replaced int     `json:"replaced_rollouts,omitempty"`
-	Loss     float64 `json:"loss,omitempty"`
-	GradNorm float64 `json:"grad_norm,omitempty"`
-	// RolloutSecs is the wait for the step's rollouts (in async mode only
-	// what generation ahead did not cover).
-	RolloutSecs  float64 `json:"rollout_seconds"`
-	TrainSecs    float64 `json:"train_seconds,omitempty"`
-	TokensPerSec float64 `json:"tokens_per_second,omitempty"`
+	Replaced int `json:"replaced_rollouts,omitempty"`
 }
 
 // New prepares a loop. tr holds the weights being trained (already resumed
