@@ -151,9 +151,12 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// Stopped is the error of an attempt failed because its controller stopped.
+const Stopped = "controller stopped"
+
 // Run claims and runs rollouts until ctx ends. On cancellation it kills the
-// running harnesses, fails their attempts ("controller stopped", so that they
-// are requeued at once) and returns nil. It returns an error only for a
+// running harnesses, fails their attempts (Stopped, so that they are
+// requeued at once) and returns nil. It returns an error only for a
 // configuration the gateway refuses (bad URL, wrong admin key).
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
@@ -322,7 +325,7 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		signalGroup(pid, syscall.SIGTERM)
 		c.reap(pid, exited)
 		c.appendLogs(context.Background(), a)
-		c.complete(a, store.AttemptFailed, "controller stopped")
+		c.complete(a, store.AttemptFailed, Stopped)
 	}
 }
 

@@ -19,6 +19,22 @@ type Config struct {
 	// IncludeVal keeps rollouts of mode "val" (skipped by default: they do
 	// not train). Cancelled and non-terminal rollouts are always skipped.
 	IncludeVal bool
+	// Staleness measures (and may bound) how many versions behind the
+	// trained policy the samples' generating policy is.
+	Staleness StalenessConfig
+}
+
+// StalenessConfig measures and bounds staleness (asynchronous training).
+type StalenessConfig struct {
+	// Current is the model version the update starts from; 0 turns
+	// staleness off (nothing measured, nothing dropped).
+	Current int64
+	// Max bounds a group's staleness, the largest of its samples': a
+	// staler group is dropped whole (its advantages are relative to each
+	// other), or trained anyway and only counted when Keep. Negative: no
+	// bound.
+	Max  int64
+	Keep bool
 }
 
 // Stats reports what FromRollouts did.
@@ -35,6 +51,14 @@ type Stats struct {
 	Tokens         int                 `json:"tokens"`
 	TrainedTokens  int                 `json:"trained_tokens"`
 	Groups         GroupStats          `json:"groups"`
+	// StalenessMean and StalenessMax describe the samples returned
+	// (Sample.Staleness). StaleGroups, StaleRollouts and StaleSamples count
+	// what exceeded StalenessConfig.Max: dropped, unless Keep.
+	StalenessMean float64 `json:"staleness_mean"`
+	StalenessMax  int64   `json:"staleness_max"`
+	StaleGroups   int     `json:"stale_groups,omitempty"`
+	StaleRollouts int     `json:"stale_rollouts,omitempty"`
+	StaleSamples  int     `json:"stale_samples,omitempty"`
 }
 
 // Result is the output of FromRollouts.
@@ -92,6 +116,29 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 		groups[key] = append(groups[key], len(per))
 		per = append(per, built{ss: ss, reward: rw})
 	}
+	if sc := cfg.Staleness; sc.Current > 0 && sc.Max >= 0 {
+		kept := groupOrder[:0]
+		for _, key := range groupOrder {
+			var worst int64
+			n := 0
+			for _, i := range groups[key] {
+				for _, s := range per[i].ss {
+					worst = max(worst, s.Staleness(sc.Current))
+				}
+				n += len(per[i].ss)
+			}
+			if worst > sc.Max {
+				res.Stats.StaleGroups++
+				res.Stats.StaleRollouts += len(groups[key])
+				res.Stats.StaleSamples += n
+				if !sc.Keep {
+					continue
+				}
+			}
+			kept = append(kept, key)
+		}
+		groupOrder = kept
+	}
 	rewards := make([][]float64, len(groupOrder))
 	for g, key := range groupOrder {
 		for _, i := range groups[key] {
@@ -135,8 +182,16 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 		res.Stats.Splits[s.Split.Reason]++
 		res.Stats.Tokens += len(s.IDs)
 		res.Stats.TrainedTokens += s.Trained()
+		if c := cfg.Staleness.Current; c > 0 {
+			st := s.Staleness(c)
+			res.Stats.StalenessMean += float64(st)
+			res.Stats.StalenessMax = max(res.Stats.StalenessMax, st)
+		}
 	}
 	res.Stats.Samples = len(res.Samples)
+	if len(res.Samples) > 0 {
+		res.Stats.StalenessMean /= float64(len(res.Samples))
+	}
 	for _, e := range res.Excluded {
 		if res.Stats.Excluded == nil {
 			res.Stats.Excluded = map[string]int{}
@@ -146,9 +201,25 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 	return res, nil
 }
 
+// Staleness is how many versions the policy that generated s is behind
+// current: current minus the oldest version among s.ModelVersions (version
+// 0, unknown, is ignored), never below 0.
+func (s *Sample) Staleness(current int64) int64 {
+	oldest := int64(0)
+	for _, v := range s.ModelVersions {
+		if v > 0 && (oldest == 0 || v < oldest) {
+			oldest = v
+		}
+	}
+	if oldest == 0 || oldest >= current {
+		return 0
+	}
+	return current - oldest
+}
+
 // String is a one-line summary.
 func (s Stats) String() string {
-	return fmt.Sprintf("rollouts=%d skipped=%d calls=%d samples=%d tokens=%d trained=%d missing_reward=%d groups=%d zero_var=%d dropped_groups=%d excluded=%v splits=%v",
+	return fmt.Sprintf("rollouts=%d skipped=%d calls=%d samples=%d tokens=%d trained=%d missing_reward=%d groups=%d zero_var=%d dropped_groups=%d stale_groups=%d staleness=%.2f/%d excluded=%v splits=%v",
 		s.Rollouts, s.Skipped, s.Calls, s.Samples, s.Tokens, s.TrainedTokens, s.MissingReward,
-		s.Groups.Groups, s.Groups.ZeroVariance, s.Groups.Dropped, s.Excluded, s.Splits)
+		s.Groups.Groups, s.Groups.ZeroVariance, s.Groups.Dropped, s.StaleGroups, s.StalenessMean, s.StalenessMax, s.Excluded, s.Splits)
 }

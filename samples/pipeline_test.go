@@ -288,3 +288,91 @@ func TestParquetRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestFromRolloutsStaleness(t *testing.T) {
+	// Four groups of two rollouts; each rollout makes one call, except
+	// g4-r0: two calls served by versions 4 and 6, split into two samples
+	// by default (staleness 2 and 0) or merged into one (staleness 2: the
+	// oldest call counts). Group staleness at current 6: g1 1, g2 3 (its
+	// stalest sample), g3 0 (version 0 is unknown), g4 2.
+	versions := map[string][]int64{
+		"g1": {5, 5}, "g2": {3, 6}, "g3": {0, 0}, "g4": {6, 0},
+	}
+	multi := map[string][]int64{"g4-r0": {4, 6}}
+	var seq int64
+	var rs []store.Rollout
+	evs := map[string][]store.Event{}
+	for _, g := range []string{"g1", "g2", "g3", "g4"} {
+		for j, v := range versions[g] {
+			id := g + "-r" + string(rune('0'+j))
+			vs := multi[id]
+			if vs == nil {
+				vs = []int64{v}
+			}
+			var calls []api.ModelCall
+			prompt := []int32{1, 2}
+			for k, cv := range vs {
+				c := call(id+"-c"+string(rune('0'+k)), cv, slices.Clone(prompt), []int32{int32(3 + k)})
+				calls = append(calls, c)
+				prompt = append(prompt, c.ResponseIDs...)
+			}
+			reward := float64(j)
+			rs = append(rs, store.Rollout{ID: id, GroupID: g, Status: store.RolloutSucceeded, Mode: store.ModeTrain})
+			evs[id] = toEvents(t, &seq, id, id+"-a1", calls, &reward)
+		}
+	}
+	all := []string{"g1", "g2", "g3", "g4"}
+	tests := []struct {
+		name      string
+		sc        StalenessConfig
+		merge     bool
+		groups    []string // trained
+		mean      float64
+		max       int64
+		staleG    int
+		staleSamp int
+	}{
+		{"off", StalenessConfig{}, false, all, 0, 0, 0, 0},
+		{"measured, no bound", StalenessConfig{Current: 6, Max: -1}, false, all, (1 + 1 + 3 + 0 + 0 + 0 + 2 + 0 + 0) / 9., 3, 0, 0},
+		{"merged across versions", StalenessConfig{Current: 6, Max: -1}, true, all, (1 + 1 + 3 + 0 + 0 + 0 + 2 + 0) / 8., 3, 0, 0},
+		{"max 2 drops g2", StalenessConfig{Current: 6, Max: 2}, false, []string{"g1", "g3", "g4"}, (1 + 1 + 0 + 0 + 2 + 0 + 0) / 7., 2, 1, 2},
+		{"max 2 keep", StalenessConfig{Current: 6, Max: 2, Keep: true}, false, all, 7 / 9., 3, 1, 2},
+		{"max 1 drops g2 and g4", StalenessConfig{Current: 6, Max: 1}, false, []string{"g1", "g3"}, .5, 1, 2, 5},
+		{"max 0 keeps fresh only", StalenessConfig{Current: 6, Max: 0}, false, []string{"g3"}, 0, 0, 3, 7},
+		{"max 3 keeps all", StalenessConfig{Current: 6, Max: 3}, false, all, 7 / 9., 3, 0, 0},
+		{"versions past current count 0", StalenessConfig{Current: 3, Max: 0}, false, all, 0, 0, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := FromRollouts(rs, evs, Config{Build: BuildConfig{MergeAcrossVersions: tc.merge}, Advantage: AdvantageConfig{Estimator: GRPO, DropZeroVariance: true},
+				Aggregation: TokenMean, Staleness: tc.sc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range res.Samples {
+				if !slices.Contains(got, s.GroupID) {
+					got = append(got, s.GroupID)
+				}
+				if tc.sc.Current > 0 && !tc.sc.Keep && tc.sc.Max >= 0 && s.Staleness(tc.sc.Current) > tc.sc.Max {
+					t.Errorf("sample of %s has staleness %d > %d", s.RolloutID, s.Staleness(tc.sc.Current), tc.sc.Max)
+				}
+			}
+			st := res.Stats
+			if !slices.Equal(got, tc.groups) || !near(st.StalenessMean, tc.mean, 1e-12) || st.StalenessMax != tc.max ||
+				st.StaleGroups != tc.staleG || st.StaleSamples != tc.staleSamp || st.StaleRollouts != 2*tc.staleG {
+				t.Errorf("groups %v, stats %s stale rollouts %d samples %d", got, st, st.StaleRollouts, st.StaleSamples)
+			}
+			// Weights are spread over what is trained only: token-mean sums to 1.
+			var sum float64
+			for _, s := range res.Samples {
+				for _, w := range s.Weights {
+					sum += float64(w)
+				}
+			}
+			if len(res.Samples) > 0 && !near(sum, 1, 1e-5) {
+				t.Errorf("weights sum to %v", sum)
+			}
+		})
+	}
+}

@@ -23,13 +23,20 @@ import (
 )
 
 // embeddedPublisher swaps weights into the in-process engine behind a paused
-// and drained proxy.
+// and drained proxy. With live set (async mode) it swaps without pausing:
+// the embedded engine finishes every call on the weights it started with
+// and reports that version, so harnesses keep running and the trainer does
+// not wait for their calls in flight.
 type embeddedPublisher struct {
-	p   *proxy.Proxy
-	eng *model.Engine
+	p    *proxy.Proxy
+	eng  *model.Engine
+	live bool
 }
 
 func (e embeddedPublisher) Publish(ctx context.Context, w *model.Weights, version int64) error {
+	if e.live {
+		return e.eng.Swap(w, version)
+	}
 	e.p.Pause()
 	defer e.p.Resume()
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -107,6 +114,18 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer st.Close()
+	if *resume {
+		// Attempts the stopped process left running can no longer end:
+		// end them now (their rollouts run again) rather than after the
+		// reaper's heartbeat limit.
+		n, err := trainer.EndOrphans(ctx, st)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			fmt.Fprintf(stdout, "agl train: %d attempts of the stopped run ended as interrupted; their rollouts run again\n", n)
+		}
+	}
 	format, err := chat.LoadDir(ec.ModelDir)
 	if err != nil {
 		return err
@@ -154,6 +173,11 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 
+	loop, err := trainer.New(tc, st, tr, embeddedPublisher{px, eng, tc.Mode == trainer.ModeAsync}, state, c.DataDir, name, log, stdout)
+	if err != nil {
+		return err
+	}
+
 	// Gateway and controller run in process, on loopback, with a fresh key.
 	var kb [24]byte
 	rand.Read(kb[:])
@@ -181,10 +205,6 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	}()
 	fmt.Fprintf(stdout, "agl train: gateway %s, model %s v%d (%s), data %s\n", url, name, state.Version, ec.ModelDir, c.DataDir)
 
-	loop, err := trainer.New(tc, st, tr, embeddedPublisher{px, eng}, state, c.DataDir, name, log, stdout)
-	if err != nil {
-		return err
-	}
 	sum, runErr := loop.Run(ctx)
 	stopController()
 	if err := <-ctlDone; err != nil && !errors.Is(err, context.Canceled) {

@@ -221,3 +221,169 @@ trainer: {tasks: tasks.jsonl, steps: 4, tasks_per_step: 2, group_size: 4, lr: 0.
 		}
 	}
 }
+
+// TestTrainAsyncKillResume runs `agl train` in async mode (max_staleness 2)
+// with the real Python harness, SIGKILLs it right after its first
+// checkpoint, while the rollouts of steps 2 and 3 (created ahead) are
+// queued, running or done, and resumes it. Rollouts finished before the
+// kill are trained as they are, not run again; those cut off run again (the
+// orphaned attempt is ended at resume and, with one attempt allowed, the
+// rollout is replaced); every step is trained once with all its rollouts.
+// Generation overlapped the updates: some calls of a step were served by a
+// version older than the one the step trained, never more than 2 older.
+func TestTrainAsyncKillResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	bin, err := buildAgl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
+		t.Fatalf("model init: %v\n%s", err, out.String())
+	}
+	var tasks strings.Builder
+	for i := 0; i < 10; i++ {
+		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
+	}
+	os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(tasks.String()), 0o644)
+	harness, _ := filepath.Abs("testdata/letter_harness.py")
+	cfgPath := filepath.Join(dir, "agl.yaml")
+	const steps, tasksPerStep, group, maxStale = 4, 2, 4, 2
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`data_dir: run
+engine: {model_dir: model}
+proxy: {train: {temperature: 1.0}, val: {temperature: 0}}
+controller: {command: [python3, %q], concurrency: 4}
+trainer: {mode: async, max_staleness: %d, tasks: tasks.jsonl, steps: %d, tasks_per_step: %d, group_size: %d, lr: 0.01,
+  rollout: {max_attempts: 1, timeout_seconds: 60}}
+`, harness, maxStale, steps, tasksPerStep, group)), 0o644)
+	cmd := exec.CommandContext(ctx, bin, "train", cfgPath)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(dir, "run")
+	ckpt := trainer.CheckpointDir(dataDir)
+	for {
+		if st, err := trainer.LoadState(ckpt); err == nil && st.Step >= 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no checkpoint appeared:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	killedAt, _ := trainer.LoadState(ckpt)
+	t.Logf("killed after the checkpoint of step %d:\n%s", killedAt.Step, out.String())
+
+	// What the killed run left of the steps past its checkpoint.
+	st, err := openStore(ctx, config.Config{DataDir: dataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(s, k, j int) string { return fmt.Sprintf("agl-s%d-t%d-r%d", s, k, j) }
+	before := map[string]store.Rollout{}
+	for s := killedAt.Step + 1; s <= steps; s++ {
+		for k := 0; k < tasksPerStep; k++ {
+			for j := 0; j < group; j++ {
+				if r, err := st.GetRollout(ctx, id(s, k, j)); err == nil {
+					before[r.ID] = r
+				}
+			}
+		}
+	}
+	st.Close()
+	count := map[store.RolloutStatus]int{}
+	for _, r := range before {
+		count[r.Status]++
+	}
+	t.Logf("rollouts past the checkpoint at the kill: %v", count)
+	if len(before) == 0 {
+		t.Errorf("no rollouts were created ahead of step %d", killedAt.Step+1)
+	}
+
+	out.Reset()
+	res := exec.CommandContext(ctx, bin, "train", "--resume", cfgPath)
+	res.Stdout, res.Stderr = &out, &out
+	if err := res.Run(); err != nil {
+		t.Fatalf("resume: %v\n%s", err, out.String())
+	}
+	t.Logf("resumed:\n%s", out.String())
+	if state, _ := trainer.LoadState(ckpt); state.Step != steps {
+		t.Fatalf("resumed run ended at step %d", state.Step)
+	}
+	b, _ := os.ReadFile(filepath.Join(dataDir, "metrics.jsonl"))
+	metrics := map[int]trainer.StepMetrics{}
+	seen := map[int]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m trainer.StepMetrics
+		json.Unmarshal([]byte(line), &m)
+		if m.Mode == "train" {
+			seen[m.Step]++
+			metrics[m.Step] = m
+		}
+	}
+	for s := 1; s <= steps; s++ {
+		m := metrics[s]
+		if seen[s] != 1 || m.Rollouts != tasksPerStep*group || m.Failed != 0 || m.StalenessMax > maxStale || m.StaleSamples != 0 {
+			t.Errorf("step %d (%d lines): %+v", s, seen[s], m)
+		}
+	}
+
+	st, err = openStore(ctx, config.Config{DataDir: dataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stale, replaced := 0, 0
+	for s := 1; s <= steps; s++ {
+		for k := 0; k < tasksPerStep; k++ {
+			for j := 0; j < group; j++ {
+				r, err := st.GetRollout(ctx, id(s, k, j))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b, ok := before[r.ID]; ok && b.Status.Terminal() && (r.TerminalSeq != b.TerminalSeq || r.NumAttempts != b.NumAttempts) {
+					t.Errorf("%s ran again after the resume (attempts %d → %d)", r.ID, b.NumAttempts, r.NumAttempts)
+				}
+				// The rollout trained is the last incarnation.
+				for n := 1; r.Status == store.RolloutFailed; n++ {
+					if r, err = st.GetRollout(ctx, fmt.Sprintf("%s~%d", id(s, k, j), n)); err != nil {
+						t.Fatalf("%s failed and was not replaced: %v", id(s, k, j), err)
+					}
+					replaced++
+				}
+				if r.Status != store.RolloutSucceeded {
+					t.Errorf("%s: %s (%s)", r.ID, r.Status, r.Error)
+				}
+				evs, _ := st.ListEvents(ctx, store.EventFilter{RolloutID: r.ID, Types: []string{store.EventModelRequest}})
+				for _, e := range evs {
+					var mc api.ModelCall
+					json.Unmarshal(e.Data, &mc)
+					if d := metrics[s].Version - mc.ModelVersion; d > 0 {
+						stale++
+					} else if d < 0 {
+						t.Errorf("%s: call served by v%d, after step %d trained v%d", r.ID, mc.ModelVersion, s, metrics[s].Version)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d calls older than the version their step trained; %d rollouts replaced", stale, replaced)
+	if stale == 0 {
+		t.Errorf("no call was served before the previous step's update was published: generation did not overlap")
+	}
+	var sumReplaced int
+	for _, m := range metrics {
+		sumReplaced += m.Replaced
+	}
+	if sumReplaced != replaced {
+		t.Errorf("metrics count %d replaced rollouts, the store %d", sumReplaced, replaced)
+	}
+}
