@@ -197,7 +197,7 @@ func fill(t *testing.T, e *env) []store.Rollout {
 			mode = store.ModeVal
 		}
 		in = append(in, store.NewRollout{ID: fmt.Sprintf("f%02d", i), GroupID: fmt.Sprintf("g%d", i%5), Mode: mode,
-			Task: json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"%s"}`, i, strings.Repeat("long ", 60))),
+			Task:     json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"%s"}`, i, strings.Repeat("long ", 60))),
 			Metadata: json.RawMessage(fmt.Sprintf(`{"step":%d}`, i/10))})
 	}
 	if _, err := e.st.CreateRollouts(ctx, in); err != nil {
@@ -268,7 +268,11 @@ func TestRolloutsFilters(t *testing.T) {
 		{"step=1&status=succeeded&mode=train", where(func(r store.Rollout) bool {
 			return *r.Step == 1 && r.Status == store.RolloutSucceeded && r.Mode == store.ModeTrain
 		})},
-		{"order=asc&step=0", func() []string { w := where(func(r store.Rollout) bool { return *r.Step == 0 }); slices.Reverse(w); return w }()},
+		{"order=asc&step=0", func() []string {
+			w := where(func(r store.Rollout) bool { return *r.Step == 0 })
+			slices.Reverse(w)
+			return w
+		}()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.query, func(t *testing.T) {
