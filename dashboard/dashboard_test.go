@@ -457,7 +457,7 @@ func TestTokensView(t *testing.T) {
 	trained := 0
 	for _, c := range s.Calls {
 		for i := c.PromptStart; i < c.ResponseEnd; i++ {
-			want := uint8(0)
+			want := int8(0)
 			if i >= c.ResponseStart {
 				want = 1
 				trained++

@@ -32,7 +32,7 @@ type TokenSample struct {
 	ModelVersions []int64       `json:"model_versions"`
 	Truncated     bool          `json:"truncated,omitempty"`
 	IDs           []int32       `json:"ids"`
-	Mask          []uint8       `json:"mask"`
+	Mask          []int8        `json:"mask"` // not []uint8: that encodes as base64
 	Logprobs      []float32     `json:"logprobs"`
 	Pieces        []string      `json:"pieces,omitempty"`
 	Calls         []CallSpan    `json:"calls"`
@@ -84,7 +84,10 @@ func TokenSamples(ro store.Rollout, attemptID string, events []store.Event, dec 
 	out := make([]TokenSample, len(ss))
 	for i, s := range ss {
 		ts := TokenSample{Index: s.Index, Split: s.Split, ModelVersions: s.ModelVersions, Truncated: s.Truncated,
-			IDs: s.IDs, Mask: s.LossMask, Logprobs: s.Logprobs, Calls: []CallSpan{}}
+			IDs: s.IDs, Mask: make([]int8, len(s.LossMask)), Logprobs: s.Logprobs, Calls: []CallSpan{}}
+		for k, m := range s.LossMask {
+			ts.Mask[k] = int8(m)
+		}
 		at := 0
 		for _, id := range s.CallIDs {
 			c := byID[id]

@@ -21,10 +21,11 @@ function h(tag, attrs, ...kids) {
   return el;
 }
 
-function append(el, kids) {
+// append adds children (nodes, strings, arrays of them; null skipped).
+function append(el, ...kids) {
   for (const k of kids) {
     if (k === null || k === undefined || k === false) continue;
-    if (Array.isArray(k)) append(el, k);
+    if (Array.isArray(k)) append(el, ...k);
     else if (k instanceof Node) el.appendChild(k);
     else el.appendChild(document.createTextNode(String(k)));
   }
@@ -88,6 +89,7 @@ function go(name, arg, params) {
 let view = null; // {refresh(): Promise}
 let lastState = null;
 let renderSeq = 0;
+let lastWhere = '';
 
 async function render() {
   const rt = route();
@@ -96,12 +98,16 @@ async function render() {
     a.classList.toggle('active', a.dataset.nav === rt.name || (rt.name === 'rollout' && a.dataset.nav === 'rollouts'));
   }
   const fn = views[rt.name] || views.rollouts;
+  const where = rt.name + '/' + rt.arg;
+  const moved = where !== lastWhere;
+  lastWhere = where;
   const root = h('div');
   try {
     const v = await fn(rt, root);
     if (seq !== renderSeq) return; // navigated away meanwhile
     view = v;
     main.replaceChildren(root);
+    if (moved) window.scrollTo(0, 0);
   } catch (e) {
     if (seq !== renderSeq) return;
     view = null;
@@ -216,13 +222,14 @@ views.rollouts = async function (rt, root) {
 // ---- one rollout ----
 function msgEl(m, extraClass) {
   const role = m.role || '?';
-  const head = [role];
+  const about = [];
   if (role === 'tool') {
-    if (m.name) head.push(m.name);
-    if (m.tool_call_id) head.push(m.tool_call_id);
+    if (m.name) about.push(m.name);
+    if (m.tool_call_id) about.push(m.tool_call_id);
+    if (m.is_error) about.push('error');
   }
   return h('div', {class: 'msg ' + role + (m.is_error ? ' err' : '') + (extraClass ? ' ' + extraClass : '')},
-    h('div', {class: 'role'}, head.join(' · ')),
+    h('div', {class: 'role'}, role === 'tool' ? 'tool result' : role, about.length ? h('span', {class: 'about mono'}, ' · ' + about.join(' · ')) : null),
     m.reasoning ? h('pre', {class: 'reasoning'}, m.reasoning) : null,
     m.text ? h('pre', {class: 'text'}, m.text) : null,
     (m.tool_calls || []).map(tc => h('div', {class: 'toolcall'},
@@ -437,7 +444,7 @@ views.training = async function (rt, root) {
     for (const k of others) add(k, [{name: 'train', mode: 'train', k}, {name: 'val', mode: 'val', k}]);
 
     const recent = v.steps.slice().sort((a, b) => (b.step - a.step) || a.mode.localeCompare(b.mode)).slice(0, 20);
-    const steps = h('table', {}, h('thead', {}, h('tr', {}, ['step', 'mode', 'model', 'rollouts', 'reward', 'success', 'samples', 'tokens/s', 'time'].map(c => h('th', {}, c)))),
+    const steps = h('table', {}, h('thead', {}, h('tr', {}, ['step', 'mode', 'model', 'rollouts', 'reward', 'success', 'samples', 'tokens/s', 'time'].map(c => h('th', {class: ['rollouts', 'reward', 'success', 'samples', 'tokens/s'].includes(c) ? 'num' : ''}, c)))),
       h('tbody', {}, recent.map(st => {
         const m = st.metrics;
         return h('tr', {}, h('td', {}, h('a', {href: '#/rollouts?step=' + st.step + '&mode=' + st.mode}, String(st.step))), h('td', {}, st.mode),
@@ -477,7 +484,7 @@ views.workers = async function (rt, root) {
     row('LLM routes', g.llm ? (g.paused ? pill('paused: new calls get 503 + Retry-After', 'paused') : pill('serving', 'serving')) : pill('no engine configured'));
     row('calls in flight', String(g.in_flight));
     row('rollouts', h('span', {class: 'counts'}, STATUSES.map(s2 => h('a', {href: '#/rollouts?status=' + s2}, statusPill(s2 + ' ' + (c[s2] || 0))))));
-    const workers = st.workers.length ? h('table', {id: 'workers'}, h('thead', {}, h('tr', {}, ['worker', 'running', 'attempts', 'failed', 'last seen'].map(x => h('th', {}, x)))),
+    const workers = st.workers.length ? h('table', {id: 'workers'}, h('thead', {}, h('tr', {}, ['worker', 'running', 'attempts', 'failed', 'last seen'].map(x => h('th', {class: ['running', 'attempts', 'failed'].includes(x) ? 'num' : ''}, x)))),
       h('tbody', {}, st.workers.map(w => h('tr', {}, h('td', {class: 'mono'}, w.id || '(none)'), h('td', {class: 'num'}, w.running),
         h('td', {class: 'num'}, w.attempts), h('td', {class: 'num'}, w.failed), h('td', {}, time(w.last_seen)))))) :
       h('p', {class: 'muted'}, 'No worker ran an attempt in the last ' + st.window + '.');
