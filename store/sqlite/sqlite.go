@@ -147,10 +147,12 @@ CREATE TABLE IF NOT EXISTS models (
 );
 `
 
-// schema2 is what came after the first schema: a rollout's trainer step
-// (an indexed column: listings filter by it), recent attempts by start
-// time (the workers view), and trainer step metrics.
+// schema2 is what came after the first schema: the queue in claim order (a
+// claim among 100k queued rollouts was a sort of all of them), a rollout's
+// trainer step (an indexed column: listings filter by it), recent attempts
+// by start time (the workers view), and trainer step metrics.
 const schema2 = `
+CREATE INDEX IF NOT EXISTS rollouts_queue ON rollouts(seq) WHERE status IN ('queuing', 'requeuing');
 CREATE INDEX IF NOT EXISTS rollouts_step ON rollouts(step, seq) WHERE step IS NOT NULL;
 CREATE INDEX IF NOT EXISTS attempts_started ON attempts(started_at);
 CREATE TABLE IF NOT EXISTS train_steps (
@@ -557,10 +559,12 @@ func (s *Store) CountRollouts(ctx context.Context) (store.Counts, error) {
 	return c, rows.Err()
 }
 
-// nextTerminalSeq is safe because all writes are serialized on one connection.
+// nextTerminalSeq is safe because all writes are serialized on one
+// connection. The IS NOT NULL lets SQLite read the maximum from the partial
+// index rollouts_terminal instead of scanning the table.
 func nextTerminalSeq(ctx context.Context, tx wtx) (int64, error) {
 	var n int64
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(terminal_seq), 0) + 1 FROM rollouts`).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(terminal_seq), 0) + 1 FROM rollouts WHERE terminal_seq IS NOT NULL`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlite store: terminal seq: %w", err)
 	}
 	return n, nil
@@ -639,7 +643,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 	}
 	var c store.Claim
 	err := s.tx(ctx, func(tx wtx) error {
-		q := `SELECT ` + rolloutCols + ` FROM rollouts WHERE status IN ('queuing', 'requeuing')`
+		// The partial index walks the queue in seq order; without it SQLite
+		// sorted every queued rollout for each claim.
+		q := `SELECT ` + rolloutCols + ` FROM rollouts INDEXED BY rollouts_queue WHERE status IN ('queuing', 'requeuing')`
 		args := []any{}
 		if req.Mode != "" {
 			q += ` AND mode = ?`
