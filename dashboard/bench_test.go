@@ -154,6 +154,7 @@ func benchList(b *testing.B, st store.Store, n int) {
 		})
 	}
 	b.Run("state", func(b *testing.B) { measure(b, srv.URL+"/api/dashboard/state") })
+	b.Run("workers_10m", func(b *testing.B) { measure(b, srv.URL+"/api/dashboard/workers") })
 }
 
 func getPage(b *testing.B, url string, out any) {

@@ -57,8 +57,8 @@ type Options struct {
 	Tokenizer Decoder
 	// SessionTTL is how long a login lasts (default 7 days).
 	SessionTTL time.Duration
-	// WorkersWindow: the workers view covers attempts started this long
-	// ago or running now (default 1h).
+	// WorkersWindow: the workers view covers attempts running now or
+	// started within this window (default 10m; ?window= overrides).
 	WorkersWindow time.Duration
 	Logger        *slog.Logger
 }
@@ -80,7 +80,7 @@ func New(opt Options) *Dashboard {
 		opt.SessionTTL = 7 * 24 * time.Hour
 	}
 	if opt.WorkersWindow <= 0 {
-		opt.WorkersWindow = time.Hour
+		opt.WorkersWindow = 10 * time.Minute
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
@@ -112,6 +112,7 @@ func (d *Dashboard) Register(handle func(pattern string, h http.Handler)) {
 	v("GET /api/dashboard/rollouts/{id}/tokens", d.tokens)
 	v("GET /api/dashboard/train", d.train)
 	v("GET /api/dashboard/state", d.state)
+	v("GET /api/dashboard/workers", d.workers)
 }
 
 // Handler returns the dashboard alone on a mux (for tests and tools).

@@ -115,6 +115,7 @@ func TestAuth(t *testing.T) {
 		{"view with scoped key", "GET", "/api/dashboard/rollouts/r1", nil, cl.Key, 401, "unauthorized"},
 		{"tokens without login", "GET", "/api/dashboard/rollouts/r1/tokens", nil, "", 401, "unauthorized"},
 		{"train without login", "GET", "/api/dashboard/train", nil, "", 401, "unauthorized"},
+		{"workers without login", "GET", "/api/dashboard/workers", nil, "", 401, "unauthorized"},
 		// The gateway's own routes are unchanged.
 		{"api health", "GET", "/api/health", nil, "", 200, `"ok"`},
 		{"api needs the bearer, not the cookie", "GET", "/api/rollouts", session, "", 401, "unauthorized"},
@@ -598,8 +599,16 @@ func TestTrainAndStateViews(t *testing.T) {
 	if !sv.Gateway.LLM || !sv.Gateway.Paused || sv.Gateway.Counts[store.RolloutRunning] != 1 || sv.Gateway.Version != "test" {
 		t.Errorf("gateway state %+v", sv.Gateway)
 	}
-	if len(sv.Workers) != 1 || sv.Workers[0].ID != "ctl-7" || sv.Workers[0].Running != 1 {
-		t.Errorf("workers %+v", sv.Workers)
+	var wv dashboard.WorkersView
+	e.get(t, "/api/dashboard/workers", admin, &wv)
+	if len(wv.Workers) != 1 || wv.Workers[0].ID != "ctl-7" || wv.Workers[0].Running != 1 || wv.Window != "10m0s" {
+		t.Errorf("workers %+v", wv)
+	}
+	if st, body := e.get(t, "/api/dashboard/workers?window=1s", admin, &wv); st != 200 || len(wv.Workers) != 1 {
+		t.Errorf("workers in the last second (the running attempt counts): %d %s", st, body)
+	}
+	if st, _ := e.get(t, "/api/dashboard/workers?window=forever", admin, nil); st != 400 {
+		t.Errorf("bad window: %d", st)
 	}
 	e.px.Resume()
 	e.get(t, "/api/dashboard/state", admin, &sv)
@@ -615,7 +624,7 @@ func TestNoKeysInViews(t *testing.T) {
 	e.weatherRollout(t, "weather-1", 1, "Rome", 1)
 	e.claim(t, store.NewRollout{ID: "running"}, "w9")
 	fill(t, e)
-	paths := []string{"/", "/login", "/assets/app.js", "/api/dashboard/rollouts?limit=200", "/api/dashboard/state", "/api/dashboard/train"}
+	paths := []string{"/", "/login", "/assets/app.js", "/api/dashboard/rollouts?limit=200", "/api/dashboard/state", "/api/dashboard/workers", "/api/dashboard/train"}
 	rs, _, _ := e.st.ListRollouts(testCtx(t), store.RolloutFilter{Limit: 1000})
 	for _, r := range rs {
 		paths = append(paths, "/api/dashboard/rollouts/"+r.ID, "/api/dashboard/rollouts/"+r.ID+"/tokens")

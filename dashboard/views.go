@@ -198,17 +198,15 @@ func (d *Dashboard) rollout(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// StateView answers GET /api/dashboard/state.
+// StateView answers GET /api/dashboard/state, which every open page polls:
+// the gateway's state and rollout counts.
 type StateView struct {
 	Gateway api.GatewayStatus `json:"gateway"`
-	// Workers have an attempt running now or started within Window.
-	Workers []store.Worker `json:"workers"`
-	Window  string         `json:"window"`
-	Time    time.Time      `json:"time"`
+	Time    time.Time         `json:"time"`
 }
 
 func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) error {
-	v := StateView{Time: time.Now().UTC(), Window: d.opt.WorkersWindow.String()}
+	v := StateView{Time: time.Now().UTC()}
 	var err error
 	if d.opt.Status != nil {
 		v.Gateway, err = d.opt.Status(r.Context())
@@ -218,7 +216,34 @@ func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if v.Workers, err = d.opt.Store.Workers(r.Context(), time.Now().Add(-d.opt.WorkersWindow)); err != nil {
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// WorkersView answers GET /api/dashboard/workers?window=10m: the workers
+// with an attempt running now or started within the window.
+type WorkersView struct {
+	Workers []store.Worker `json:"workers"`
+	Window  string         `json:"window"`
+	Time    time.Time      `json:"time"`
+}
+
+// MaxWorkersWindow bounds the workers view's window.
+const MaxWorkersWindow = 24 * time.Hour
+
+func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) error {
+	win := d.opt.WorkersWindow
+	if v := r.URL.Query().Get("window"); v != "" {
+		x, err := time.ParseDuration(v)
+		if err != nil || x <= 0 || x > MaxWorkersWindow {
+			return badRequest("window %q is not a duration between 0 and %s", v, MaxWorkersWindow)
+		}
+		win = x
+	}
+	now := time.Now().UTC()
+	v := WorkersView{Window: win.String(), Time: now}
+	var err error
+	if v.Workers, err = d.opt.Store.Workers(r.Context(), now.Add(-win)); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, v)

@@ -474,7 +474,7 @@ views.training = async function (rt, root) {
 views.workers = async function (rt, root) {
   const box = h('div');
   async function load() {
-    const st = await get('/api/dashboard/state');
+    const [st, wk] = await Promise.all([get('/api/dashboard/state'), get('/api/dashboard/workers')]);
     lastState = st;
     const g = st.gateway;
     const c = g.rollouts || {};
@@ -484,12 +484,12 @@ views.workers = async function (rt, root) {
     row('LLM routes', g.llm ? (g.paused ? pill('paused: new calls get 503 + Retry-After', 'paused') : pill('serving', 'serving')) : pill('no engine configured'));
     row('calls in flight', String(g.in_flight));
     row('rollouts', h('span', {class: 'counts'}, STATUSES.map(s2 => h('a', {href: '#/rollouts?status=' + s2}, statusPill(s2 + ' ' + (c[s2] || 0))))));
-    const workers = st.workers.length ? h('table', {id: 'workers'}, h('thead', {}, h('tr', {}, ['worker', 'running', 'attempts', 'failed', 'last seen'].map(x => h('th', {class: ['running', 'attempts', 'failed'].includes(x) ? 'num' : ''}, x)))),
-      h('tbody', {}, st.workers.map(w => h('tr', {}, h('td', {class: 'mono'}, w.id || '(none)'), h('td', {class: 'num'}, w.running),
+    const workers = wk.workers.length ? h('table', {id: 'workers'}, h('thead', {}, h('tr', {}, ['worker', 'running', 'attempts', 'failed', 'last seen'].map(x => h('th', {class: ['running', 'attempts', 'failed'].includes(x) ? 'num' : ''}, x)))),
+      h('tbody', {}, wk.workers.map(w => h('tr', {}, h('td', {class: 'mono'}, w.id || '(none)'), h('td', {class: 'num'}, w.running),
         h('td', {class: 'num'}, w.attempts), h('td', {class: 'num'}, w.failed), h('td', {}, time(w.last_seen)))))) :
-      h('p', {class: 'muted'}, 'No worker ran an attempt in the last ' + st.window + '.');
+      h('p', {class: 'muted'}, 'No worker ran an attempt in the last ' + wk.window + '.');
     box.replaceChildren(h('h1', {}, 'Gateway'), h('div', {class: 'card'}, kv),
-      h('h2', {}, 'Workers (controllers)'), h('p', {class: 'muted'}, 'Attempts running now or started in the last ' + st.window + ', by worker id.'), workers);
+      h('h2', {}, 'Workers (controllers)'), h('p', {class: 'muted'}, 'Attempts running now or started in the last ' + wk.window + ', by worker id.'), workers);
   }
   await load();
   append(root, box);
