@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -276,8 +278,19 @@ type Worker struct {
 	Running  int `json:"running"`
 	Attempts int `json:"attempts"`
 	Failed   int `json:"failed"`
-	// LastSeen is the latest heartbeat or start among those attempts.
+	// LastSeen is the latest start of those attempts or heartbeat of a
+	// running one.
 	LastSeen time.Time `json:"last_seen"`
+}
+
+// SortWorkers returns the workers of a map by id.
+func SortWorkers(m map[string]*Worker) []Worker {
+	out := make([]Worker, 0, len(m))
+	for _, w := range m {
+		out = append(out, *w)
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // ReapResult says what one reaper pass did.

@@ -178,7 +178,7 @@ CREATE TABLE IF NOT EXISTS models (
 	`
 ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS step bigint;
 CREATE INDEX IF NOT EXISTS rollouts_step ON rollouts (step, seq) WHERE step IS NOT NULL;
-CREATE INDEX IF NOT EXISTS attempts_started ON attempts (started_at);
+CREATE INDEX IF NOT EXISTS attempts_started ON attempts (started_at, worker_id, status);
 
 CREATE TABLE IF NOT EXISTS train_steps (
 	run     text NOT NULL,

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/aglrl/agl/store"
 )
 
@@ -54,27 +56,68 @@ func (s *Store) ListTrainSteps(ctx context.Context, run string) ([]store.TrainSt
 	return out, dbErr("list train steps", rows.Err())
 }
 
-// Workers summarises workers with an attempt running now or started since.
+// Workers summarises workers with an attempt running now or started since:
+// recent attempts from the index attempts_started, running ones (few) for
+// their heartbeats, in one snapshot.
 func (s *Store) Workers(ctx context.Context, since time.Time) ([]store.Worker, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT worker_id, count(*) FILTER (WHERE status = 'running'), count(*),
-		count(*) FILTER (WHERE status NOT IN ('running', 'succeeded')), greatest(max(last_heartbeat), max(started_at))
-		FROM attempts WHERE started_at >= $1 OR status = 'running' GROUP BY worker_id ORDER BY worker_id`, norm(since))
+	byID := map[string]*store.Worker{}
+	get := func(id string) *store.Worker {
+		w := byID[id]
+		if w == nil {
+			w = &store.Worker{ID: id}
+			byID[id] = w
+		}
+		return w
+	}
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+		clear(byID)
+		rows, err := tx.Query(ctx, `SELECT worker_id, count(*), count(*) FILTER (WHERE status NOT IN ('running', 'succeeded')), max(started_at)
+			FROM attempts WHERE started_at >= $1 GROUP BY worker_id`, norm(since))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			var n, failed int64
+			var last time.Time
+			if err := rows.Scan(&id, &n, &failed, &last); err != nil {
+				rows.Close()
+				return err
+			}
+			w := get(id)
+			w.Attempts, w.Failed, w.LastSeen = int(n), int(failed), last.UTC()
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT worker_id, count(*), count(*) FILTER (WHERE started_at < $1), max(last_heartbeat)
+			FROM attempts WHERE status = 'running' GROUP BY worker_id`, norm(since))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var n, older int64
+			var hb time.Time
+			if err := rows.Scan(&id, &n, &older, &hb); err != nil {
+				return err
+			}
+			w := get(id)
+			w.Running, w.Attempts = int(n), w.Attempts+int(older)
+			if hb.After(w.LastSeen) {
+				w.LastSeen = hb.UTC()
+			}
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, dbErr("workers", err)
 	}
-	defer rows.Close()
-	out := []store.Worker{}
-	for rows.Next() {
-		var w store.Worker
-		var running, attempts, failed int64
-		if err := rows.Scan(&w.ID, &running, &attempts, &failed, &w.LastSeen); err != nil {
-			return nil, dbErr("workers", err)
-		}
-		w.Running, w.Attempts, w.Failed, w.LastSeen = int(running), int(attempts), int(failed), w.LastSeen.UTC()
-		out = append(out, w)
-	}
-	return out, dbErr("workers", rows.Err())
+	return store.SortWorkers(byID), nil
 }

@@ -154,7 +154,7 @@ CREATE TABLE IF NOT EXISTS models (
 const schema2 = `
 CREATE INDEX IF NOT EXISTS rollouts_queue ON rollouts(seq) WHERE status IN ('queuing', 'requeuing');
 CREATE INDEX IF NOT EXISTS rollouts_step ON rollouts(step, seq) WHERE step IS NOT NULL;
-CREATE INDEX IF NOT EXISTS attempts_started ON attempts(started_at);
+CREATE INDEX IF NOT EXISTS attempts_started ON attempts(started_at, worker_id, status);
 CREATE TABLE IF NOT EXISTS train_steps (
 	run TEXT NOT NULL,
 	mode TEXT NOT NULL,
@@ -1010,26 +1010,66 @@ func (s *Store) ListTrainSteps(ctx context.Context, run string) ([]store.TrainSt
 	return out, rows.Err()
 }
 
-// Workers implements store.Store.
+// Workers implements store.Store. Two reads: recent attempts from the
+// covering index attempts_started, and running ones (few) for heartbeats.
 func (s *Store) Workers(ctx context.Context, since time.Time) ([]store.Worker, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT worker_id, SUM(status = 'running'), COUNT(*),
-		SUM(status NOT IN ('running', 'succeeded')), MAX(MAX(last_heartbeat), MAX(started_at))
-		FROM attempts WHERE started_at >= ? OR status = 'running' GROUP BY worker_id ORDER BY worker_id`, ts(since))
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true}) // one snapshot
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	defer tx.Rollback()
+	byID := map[string]*store.Worker{}
+	get := func(id string) *store.Worker {
+		w := byID[id]
+		if w == nil {
+			w = &store.Worker{ID: id}
+			byID[id] = w
+		}
+		return w
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT worker_id, COUNT(*), SUM(status NOT IN ('running', 'succeeded')), MAX(started_at)
+		FROM attempts WHERE started_at >= ? GROUP BY worker_id`, ts(since))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var n, failed int
+		var last int64
+		if err := rows.Scan(&id, &n, &failed, &last); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlite store: workers: %w", err)
+		}
+		w := get(id)
+		w.Attempts, w.Failed, w.LastSeen = n, failed, fromTS(last)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT worker_id, COUNT(*), SUM(started_at < ?), MAX(last_heartbeat)
+		FROM attempts WHERE status = 'running' GROUP BY worker_id`, ts(since))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: workers: %w", err)
 	}
 	defer rows.Close()
-	out := []store.Worker{}
 	for rows.Next() {
-		var w store.Worker
-		var last int64
-		if err := rows.Scan(&w.ID, &w.Running, &w.Attempts, &w.Failed, &last); err != nil {
-			return nil, fmt.Errorf("sqlite store: scan worker: %w", err)
+		var id string
+		var n, older int
+		var hb int64
+		if err := rows.Scan(&id, &n, &older, &hb); err != nil {
+			return nil, fmt.Errorf("sqlite store: workers: %w", err)
 		}
-		w.LastSeen = fromTS(last)
-		out = append(out, w)
+		w := get(id)
+		w.Running, w.Attempts = n, w.Attempts+older
+		if t := fromTS(hb); t.After(w.LastSeen) {
+			w.LastSeen = t
+		}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	return store.SortWorkers(byID), nil
 }
 
 // Reap implements store.Store.
