@@ -64,6 +64,24 @@ type Call struct {
 	Error string `json:"error,omitempty"`
 }
 
+// callEvent is the part of an api.ModelCall the conversation shows: the
+// token arrays are skipped, not decoded.
+type callEvent struct {
+	CallID       string          `json:"call_id"`
+	API          string          `json:"api"`
+	Model        string          `json:"model"`
+	ModelVersion int64           `json:"model_version"`
+	NoTokenIDs   bool            `json:"no_token_ids"`
+	FinishReason string          `json:"finish_reason"`
+	Continued    bool            `json:"continued"`
+	RenderReason string          `json:"render_reason"`
+	Request      json.RawMessage `json:"request"`
+	Response     json.RawMessage `json:"response"`
+	Usage        api.Usage       `json:"usage"`
+	LatencyMS    float64         `json:"latency_ms"`
+	Stream       bool            `json:"stream"`
+}
+
 // Conversation turns an attempt's model_request events (in sequence order)
 // into the conversation the harness had: each call with the messages it
 // added and the model's reply.
@@ -72,7 +90,7 @@ func Conversation(events []store.Event) []Call {
 	var prev []Message // the previous call's request + reply
 	names := map[string]string{}
 	for _, e := range events {
-		var mc api.ModelCall
+		var mc callEvent
 		c := Call{Seq: e.Seq, Time: e.Time}
 		if err := json.Unmarshal(e.Data, &mc); err != nil {
 			c.Error = "event data is not a model call: " + err.Error()
