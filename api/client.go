@@ -114,6 +114,9 @@ func (c *Client) ListRollouts(ctx context.Context, f store.RolloutFilter) (Rollo
 	if f.Mode != "" {
 		q.Set("mode", string(f.Mode))
 	}
+	if f.Step != nil {
+		q.Set("step", strconv.FormatInt(*f.Step, 10))
+	}
 	if f.Cursor > 0 {
 		q.Set("cursor", strconv.FormatInt(f.Cursor, 10))
 	}
@@ -258,4 +261,22 @@ func (c *Client) Drain(ctx context.Context, timeout time.Duration) (GatewayStatu
 	var out GatewayStatus
 	_, err := c.do(ctx, http.MethodPost, "/api/gateway/drain", url.Values{"timeout": {timeout.String()}}, struct{}{}, &out)
 	return out, err
+}
+
+// PutTrainStep records a trainer step's metrics (replacing an earlier report
+// of the same run, mode and step).
+func (c *Client) PutTrainStep(ctx context.Context, t store.TrainStep) error {
+	_, err := c.do(ctx, http.MethodPost, "/api/train/steps", nil, t, nil)
+	return err
+}
+
+// ListTrainSteps lists recorded trainer steps; run "" lists every run.
+func (c *Client) ListTrainSteps(ctx context.Context, run string) ([]store.TrainStep, error) {
+	q := url.Values{}
+	if run != "" {
+		q.Set("run", run)
+	}
+	var out TrainStepsResponse
+	_, err := c.do(ctx, http.MethodGet, "/api/train/steps", q, nil, &out)
+	return out.Steps, err
 }

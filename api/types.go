@@ -63,3 +63,8 @@ type GatewayStatus struct {
 	LLM      bool         `json:"llm"`
 	Counts   store.Counts `json:"rollouts"`
 }
+
+// TrainStepsResponse answers GET /api/train/steps.
+type TrainStepsResponse struct {
+	Steps []store.TrainStep `json:"steps"`
+}

@@ -44,6 +44,8 @@ func (s *Server) routes() {
 	h("GET /api/terminal", adminOnly, s.terminal)
 	h("POST /api/models", adminOnly, s.registerModel)
 	h("GET /api/models", adminOnly, s.listModels)
+	h("POST /api/train/steps", adminOnly, s.putTrainStep)
+	h("GET /api/train/steps", adminOnly, s.listTrainSteps)
 	h("/api/", public, func(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusNotFound, "no_route", "no API route %s %s", r.Method, r.URL.Path)
 	})
@@ -100,16 +102,24 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) gatewayStatus(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.Status(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// Status is what GET /api/gateway answers: version, whether the LLM routes
+// are paused, calls in flight, rollouts by status.
+func (s *Server) Status(ctx context.Context) (api.GatewayStatus, error) {
 	st := api.GatewayStatus{Version: s.opt.Version, LLM: s.opt.LLM != nil}
 	if s.opt.LLM != nil {
 		st.Paused, st.InFlight = s.opt.LLM.Status()
 	}
 	var err error
-	if st.Counts, err = s.opt.Store.CountRollouts(r.Context()); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
+	st.Counts, err = s.opt.Store.CountRollouts(ctx)
+	return st, err
 }
 
 func (s *Server) llm() (LLM, error) {
@@ -190,6 +200,13 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 	var err error
 	if f.Cursor, err = queryInt(q.Get("cursor"), "cursor"); err != nil {
 		return err
+	}
+	if v := q.Get("step"); v != "" {
+		n, err := queryInt(v, "step")
+		if err != nil {
+			return err
+		}
+		f.Step = &n
 	}
 	limit, err := queryInt(q.Get("limit"), "limit")
 	if err != nil {
@@ -412,5 +429,26 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, api.ModelsResponse{Models: ms})
+	return nil
+}
+
+func (s *Server) putTrainStep(w http.ResponseWriter, r *http.Request) error {
+	var t store.TrainStep
+	if err := decode(r, &t); err != nil {
+		return err
+	}
+	if err := s.opt.Store.PutTrainStep(r.Context(), t); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) listTrainSteps(w http.ResponseWriter, r *http.Request) error {
+	steps, err := s.opt.Store.ListTrainSteps(r.Context(), r.URL.Query().Get("run"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.TrainStepsResponse{Steps: steps})
 	return nil
 }

@@ -167,7 +167,11 @@ func TestBadInput(t *testing.T) {
 		{"bad status filter", "GET", "/api/rollouts?status=bogus", ``, 400, "invalid_request", "bogus"},
 		{"bad cursor", "GET", "/api/rollouts?cursor=-1", ``, 400, "invalid_request", "cursor"},
 		{"bad reward bound", "GET", "/api/rollouts?min_reward=high", ``, 400, "invalid_request", "min_reward"},
+		{"bad step filter", "GET", "/api/rollouts?step=x", ``, 400, "invalid_request", "step"},
 		{"model without name", "POST", "/api/models", `{"version": 1}`, 400, "invalid_request", "name"},
+		{"train step without run", "POST", "/api/train/steps", `{"mode":"train","step":1,"metrics":{}}`, 400, "invalid_request", "run"},
+		{"train step metrics not an object", "POST", "/api/train/steps", `{"run":"r","mode":"train","step":1,"metrics":[1]}`, 400, "invalid_request", "metrics"},
+		{"train step unknown field", "POST", "/api/train/steps", `{"run":"r","mode":"train","step":1,"metrics":{},"x":1}`, 400, "invalid_request", "x"},
 		{"no route", "GET", "/api/nothing", ``, 404, "no_route", "/api/nothing"},
 		{"wrong method", "GET", "/api/claim", ``, 404, "no_route", "GET /api/claim"},
 		{"llm without engine", "POST", "/r/r/a/v1/chat/completions", `{}`, 404, "no_engine", "engine"},
@@ -201,6 +205,40 @@ func TestBadInput(t *testing.T) {
 	}
 	if rs, _, _ := st.ListRollouts(c, store.RolloutFilter{}); len(rs) != 2 {
 		t.Errorf("%d rollouts after bad input, want 2", len(rs))
+	}
+}
+
+// TestTrainStepsAndStepFilter: a trainer in another process reports its
+// steps over HTTP; rollouts list by step.
+func TestTrainStepsAndStepFilter(t *testing.T) {
+	srv, _ := newServer(t, gateway.Options{})
+	c := ctx(t)
+	adm := api.NewClient(srv.URL, admin)
+	for _, st := range []store.TrainStep{
+		{Run: "run", Mode: store.ModeTrain, Step: 1, Metrics: json.RawMessage(`{"reward_mean":0.5}`)},
+		{Run: "run", Mode: store.ModeVal, Step: 1, Metrics: json.RawMessage(`{"reward_mean":0.25}`)},
+	} {
+		if err := adm.PutTrainStep(c, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps, err := adm.ListTrainSteps(c, "run")
+	if err != nil || len(steps) != 2 || steps[0].Mode != store.ModeTrain || steps[1].Mode != store.ModeVal {
+		t.Fatalf("steps %+v, %v", steps, err)
+	}
+	if other, err := adm.ListTrainSteps(c, "other"); err != nil || len(other) != 0 {
+		t.Fatalf("other run: %+v, %v", other, err)
+	}
+	if _, err := adm.CreateRollouts(c, []store.NewRollout{{ID: "a", Metadata: json.RawMessage(`{"step":1}`)}, {ID: "b", Metadata: json.RawMessage(`{"step":2}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	two := int64(2)
+	page, err := adm.ListRollouts(c, store.RolloutFilter{Step: &two})
+	if err != nil || len(page.Rollouts) != 1 || page.Rollouts[0].ID != "b" {
+		t.Fatalf("step 2: %+v, %v", page, err)
+	}
+	if _, err := api.NewClient(srv.URL, "").ListTrainSteps(c, ""); statusOf(err) != http.StatusUnauthorized {
+		t.Fatalf("train steps without key: %v", err)
 	}
 }
 

@@ -307,3 +307,32 @@ func TestMiddleware(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainStepsThroughStore: trainer steps reported to the wrapped store
+// (as POST /api/train/steps does) set the step time, reward and success
+// gauges; validation steps do not.
+func TestTrainStepsThroughStore(t *testing.T) {
+	ctx := context.Background()
+	m := metrics.New(metrics.Options{})
+	st := m.WrapStore(openStore(t))
+	for _, ts := range []store.TrainStep{
+		{Run: "r", Mode: store.ModeTrain, Step: 1, Metrics: json.RawMessage(`{"reward_mean":0.25,"success_rate":0.5,"rollout_seconds":2,"train_seconds":1.5}`)},
+		{Run: "r", Mode: store.ModeVal, Step: 1, Metrics: json.RawMessage(`{"reward_mean":0.9,"success_rate":1}`)},
+	} {
+		if err := st.PutTrainStep(ctx, ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	fams := scrape(t, srv)
+	for name, want := range map[string]float64{"agl_trainer_steps_total": 1, "agl_trainer_reward": 0.25, "agl_trainer_success_rate": 0.5} {
+		if got, ok := value(t, fams, name, nil); !ok || got != want {
+			t.Errorf("%s = %v (%v), want %v", name, got, ok, want)
+		}
+	}
+	h := fams["agl_trainer_step_duration_seconds"].GetMetric()[0].GetHistogram()
+	if h.GetSampleCount() != 1 || h.GetSampleSum() != 3.5 {
+		t.Errorf("step duration: %d samples, sum %v; want 1, 3.5", h.GetSampleCount(), h.GetSampleSum())
+	}
+}

@@ -144,10 +144,11 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// WrapStore returns st with AppendEvents and Reap counted in m: events
-// appended by type, reaper actions, and (with Options.CallsFromEvents) the
-// model calls that "model_request" events describe. Everything else passes
-// through.
+// WrapStore returns st with AppendEvents, Reap and PutTrainStep counted in
+// m: events appended by type, reaper actions, (with
+// Options.CallsFromEvents) the model calls that "model_request" events
+// describe, and trainer steps (step time, reward and success rate of each
+// train-mode step reported). Everything else passes through.
 func (m *Metrics) WrapStore(st store.Store) store.Store { return &countingStore{Store: st, m: m} }
 
 type countingStore struct {
@@ -193,6 +194,25 @@ func (m *Metrics) observeCallEvent(data json.RawMessage) {
 		return
 	}
 	m.ObserveCall(c.API, http.StatusOK, time.Duration(c.LatencyMS*float64(time.Millisecond)), c.Usage.PromptTokens, c.Usage.CompletionTokens)
+}
+
+// stepSummary is the part of a trainer step's metrics ObserveStep needs.
+type stepSummary struct {
+	RewardMean  float64 `json:"reward_mean"`
+	SuccessRate float64 `json:"success_rate"`
+	RolloutSecs float64 `json:"rollout_seconds"`
+	TrainSecs   float64 `json:"train_seconds"`
+}
+
+func (s *countingStore) PutTrainStep(ctx context.Context, t store.TrainStep) error {
+	err := s.Store.PutTrainStep(ctx, t)
+	if err == nil && t.Mode == store.ModeTrain {
+		var m stepSummary
+		if json.Unmarshal(t.Metrics, &m) == nil {
+			s.m.ObserveStep(time.Duration((m.RolloutSecs+m.TrainSecs)*float64(time.Second)), m.RewardMean, m.SuccessRate)
+		}
+	}
+	return err
 }
 
 func (s *countingStore) Reap(ctx context.Context, now time.Time) (store.ReapResult, error) {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -67,12 +68,37 @@ func (n NewRollout) Normalize() (NewRollout, error) {
 	if len(n.Metadata) > 0 && !json.Valid(n.Metadata) {
 		return n, Errorf(ErrInvalid, "rollout %s: metadata is not valid JSON", n.ID)
 	}
+	if n.Step == nil {
+		n.Step = StepFromMetadata(n.Metadata)
+	}
+	if n.Step != nil && *n.Step < 0 {
+		return n, Errorf(ErrInvalid, "rollout %s: step %d is negative", n.ID, *n.Step)
+	}
 	c := n.Config
 	if c.TimeoutSeconds < 0 || c.UnresponsiveSeconds < 0 || c.MaxAttempts < 0 {
 		return n, Errorf(ErrInvalid, "rollout %s: config values must not be negative", n.ID)
 	}
 	n.Config = c.WithDefaults()
 	return n, nil
+}
+
+// StepFromMetadata returns the non-negative integer "step" field of a
+// rollout's metadata object, or nil.
+func StepFromMetadata(meta json.RawMessage) *int64 {
+	if len(meta) == 0 || !bytes.Contains(meta, []byte(`"step"`)) {
+		return nil
+	}
+	var m struct {
+		Step *json.Number `json:"step"`
+	}
+	if json.Unmarshal(meta, &m) != nil || m.Step == nil {
+		return nil
+	}
+	n, err := m.Step.Int64()
+	if err != nil || n < 0 {
+		return nil
+	}
+	return &n
 }
 
 // ValidateEvents checks events to append and sets missing times to now.

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -114,8 +116,11 @@ type Rollout struct {
 	Task     json.RawMessage `json:"task"`
 	Mode     Mode            `json:"mode"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
-	Config   RolloutConfig   `json:"config"`
-	Status   RolloutStatus   `json:"status"`
+	// Step is the trainer step the rollout belongs to (indexed, so
+	// listings filter by it cheaply); nil when it belongs to none.
+	Step   *int64        `json:"step,omitempty"`
+	Config RolloutConfig `json:"config"`
+	Status RolloutStatus `json:"status"`
 	// NumAttempts counts attempts started so far.
 	NumAttempts int `json:"num_attempts"`
 	// Error says why a rollout failed or was cancelled.
@@ -143,7 +148,10 @@ type NewRollout struct {
 	Task     json.RawMessage `json:"task"`
 	Mode     Mode            `json:"mode,omitempty"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
-	Config   RolloutConfig   `json:"config"`
+	// Step, when nil, is taken from an integer "step" field of Metadata
+	// (what the trainer writes), if there is one.
+	Step   *int64        `json:"step,omitempty"`
+	Config RolloutConfig `json:"config"`
 }
 
 // Attempt is one try at running a rollout.
@@ -207,6 +215,8 @@ type RolloutFilter struct {
 	Status  []RolloutStatus
 	GroupID string
 	Mode    Mode
+	// Step selects rollouts of one trainer step.
+	Step *int64
 	// MinReward/MaxReward bound the reward summary (rollouts without one
 	// are excluded when either is set).
 	MinReward, MaxReward *float64
@@ -224,6 +234,63 @@ type EventFilter struct {
 	Types     []string
 	AfterSeq  int64
 	Limit     int
+}
+
+// TrainStep is one trainer step's metrics as the trainer reported them: one
+// per (run, mode, step); reporting a step again replaces it (a resumed run
+// redoes the steps after its checkpoint).
+type TrainStep struct {
+	// Run names the training run (the trainer's model name).
+	Run  string `json:"run"`
+	Mode Mode   `json:"mode"`
+	// Step is the number of policy updates done; validation at step s
+	// evaluates the weights after s updates.
+	Step int64     `json:"step"`
+	Time time.Time `json:"time"`
+	// Metrics is a JSON object, mostly of numbers: reward_mean,
+	// success_rate, rollout_seconds, train_seconds, tokens_per_second,
+	// dropped_groups, loss, … (the trainer's StepMetrics).
+	Metrics json.RawMessage `json:"metrics"`
+}
+
+// Validate checks a step to record.
+func (t TrainStep) Validate() error {
+	switch {
+	case t.Run == "" || len(t.Run) > MaxIDLen:
+		return Errorf(ErrInvalid, "train step: run must be 1 to %d bytes", MaxIDLen)
+	case !t.Mode.Valid():
+		return Errorf(ErrInvalid, "train step: mode %q is not one of train, val", t.Mode)
+	case t.Step < 0:
+		return Errorf(ErrInvalid, "train step: step %d is negative", t.Step)
+	case len(t.Metrics) == 0 || !json.Valid(t.Metrics) || t.Metrics[0] != '{':
+		return Errorf(ErrInvalid, "train step: metrics must be a JSON object")
+	}
+	return nil
+}
+
+// Worker summarises one worker (controller) from its attempts: those
+// running now and those started since the time asked about.
+type Worker struct {
+	ID string `json:"id"`
+	// Running counts attempts running now; Attempts those started since
+	// the time asked about (running ones included); Failed those of them
+	// that ended other than succeeded.
+	Running  int `json:"running"`
+	Attempts int `json:"attempts"`
+	Failed   int `json:"failed"`
+	// LastSeen is the latest start of those attempts or heartbeat of a
+	// running one.
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// SortWorkers returns the workers of a map by id.
+func SortWorkers(m map[string]*Worker) []Worker {
+	out := make([]Worker, 0, len(m))
+	for _, w := range m {
+		out = append(out, *w)
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // ReapResult says what one reaper pass did.
@@ -281,6 +348,17 @@ type Store interface {
 	RegisterModel(ctx context.Context, m Model) (Model, error)
 	// ListModels lists model versions, newest first; name "" lists all.
 	ListModels(ctx context.Context, name string) ([]Model, error)
+
+	// PutTrainStep records a trainer step's metrics, replacing an earlier
+	// report of the same (run, mode, step).
+	PutTrainStep(ctx context.Context, t TrainStep) error
+	// ListTrainSteps lists recorded steps by run, mode and step; run ""
+	// lists every run.
+	ListTrainSteps(ctx context.Context, run string) ([]TrainStep, error)
+
+	// Workers summarises the workers with an attempt running now or
+	// started at or after since, by worker id.
+	Workers(ctx context.Context, since time.Time) ([]Worker, error)
 
 	// Reap ends attempts that stopped heart-beating or ran past their
 	// rollout's timeout (as of now) and requeues or fails their rollouts.

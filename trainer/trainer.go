@@ -650,7 +650,7 @@ func (l *Loop) validate(ctx context.Context) (StepMetrics, error) {
 	var rs []store.NewRollout
 	for k, task := range l.val {
 		rs = append(rs, store.NewRollout{ID: fmt.Sprintf("%s-val-v%d-t%d", l.name, l.state.Version, k), Task: task,
-			Mode: store.ModeVal, Config: l.cfg.Rollout})
+			Mode: store.ModeVal, Config: l.cfg.Rollout, Metadata: json.RawMessage(fmt.Sprintf(`{"step":%d}`, l.state.Step))})
 	}
 	t0 := time.Now()
 	done, err := l.runRollouts(ctx, rs)
@@ -665,6 +665,8 @@ func (l *Loop) validate(ctx context.Context) (StepMetrics, error) {
 	return m, l.appendMetrics(m)
 }
 
+// appendMetrics writes a step's metrics to metrics.jsonl and reports them to
+// the store (the dashboard's training charts, /metrics).
 func (l *Loop) appendMetrics(m StepMetrics) error {
 	f, err := os.OpenFile(filepath.Join(l.dataDir, "metrics.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -672,8 +674,15 @@ func (l *Loop) appendMetrics(m StepMetrics) error {
 	}
 	defer f.Close()
 	b, _ := json.Marshal(m)
-	_, err = f.Write(append(b, '\n'))
-	return err
+	if _, err = f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := l.st.PutTrainStep(ctx, store.TrainStep{Run: l.name, Mode: store.Mode(m.Mode), Step: int64(m.Step), Time: m.Time, Metrics: b}); err != nil {
+		l.log.Warn("report step metrics to the store", "step", m.Step, "err", err)
+	}
+	return nil
 }
 
 // dropMetricsAfter removes metrics of steps past the checkpoint a resumed

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/dashboard"
 	"github.com/aglrl/agl/gateway"
 	"github.com/aglrl/agl/metrics"
 	"github.com/aglrl/agl/otlp"
@@ -108,6 +109,11 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	srv := gateway.New(opt)
 	srv.Handle("GET /metrics", m.Handler())
+	var tok dashboard.Decoder
+	if l != nil && l.Format != nil {
+		tok = l.Format.Tokenizer()
+	}
+	dashboard.New(dashboard.Options{Store: st, AdminKey: c.Gateway.AdminKey, Status: srv.Status, Tokenizer: tok, Logger: log}).Register(srv.Handle)
 	otlp.Mount(srv, otlp.NewHandler(st, otlp.WithAuthorize(srv.IsAdmin), otlp.WithObserver(m.ObserveSpans), otlp.WithLogger(log)))
 	if c.Gateway.AdminKey == "" {
 		log.Warn("no admin key set: the API is open to anyone on this machine, so the gateway listens on loopback only (set AGL_ADMIN_KEY to listen elsewhere)")
@@ -118,6 +124,6 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 			where = redactURL(c.Store.URL)
 		}
 		log.Info("gateway listening", "addr", "http://"+a.String(), "store", where, "version", version())
-		fmt.Fprintf(stdout, "agl gateway listening on http://%s\n", a)
+		fmt.Fprintf(stdout, "agl gateway listening on http://%s (dashboard at /)\n", a)
 	})
 }

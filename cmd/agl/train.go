@@ -15,7 +15,9 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/dashboard"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/metrics"
 	"github.com/aglrl/agl/model"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
@@ -52,6 +54,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	dataDir := fs.String("data-dir", "", "where the store, checkpoint, metrics and curve go (default: the config's data_dir)")
 	resume := fs.Bool("resume", false, "continue from the data dir's last checkpoint")
 	steps := fs.Int("steps", 0, "override trainer.steps")
+	listen := fs.String("listen", "127.0.0.1:0", "address of the in-process gateway, its dashboard and /metrics")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -126,6 +129,8 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "agl train: %d attempts of the stopped run ended as interrupted; their rollouts run again\n", n)
 		}
 	}
+	met := metrics.New(metrics.Options{Store: st, CallsFromEvents: true})
+	st = met.WrapStore(st)
 	format, err := chat.LoadDir(ec.ModelDir)
 	if err != nil {
 		return err
@@ -178,17 +183,28 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 
-	// Gateway and controller run in process, on loopback, with a fresh key.
-	var kb [24]byte
-	rand.Read(kb[:])
-	key := hex.EncodeToString(kb[:])
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// Gateway and controller run in process, with the configured admin key
+	// or a fresh one (written to the data dir, for logging in to the
+	// dashboard).
+	key, keyNote := c.Gateway.AdminKey, "the admin key"
+	if key == "" {
+		var kb [24]byte
+		rand.Read(kb[:])
+		key = hex.EncodeToString(kb[:])
+		keyNote = filepath.Join(c.DataDir, "admin_key")
+		if err := os.WriteFile(keyNote, []byte(key+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
 	}
 	gctx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopGateway()
-	srv := gateway.New(gateway.Options{Store: st, AdminKey: key, LLM: px, Logger: log, Version: version()})
+	srv := gateway.New(gateway.Options{Store: st, AdminKey: key, LLM: px, Logger: log, Version: version(), Wrap: met.Middleware})
+	srv.Handle("GET /metrics", met.Handler())
+	dashboard.New(dashboard.Options{Store: st, AdminKey: key, Status: srv.Status, Tokenizer: format.Tokenizer(), Logger: log}).Register(srv.Handle)
 	gwDone := make(chan error, 1)
 	go func() { gwDone <- srv.Serve(gctx, ln, 10*time.Second, nil) }()
 	url := "http://" + ln.Addr().String()
@@ -204,6 +220,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		ctlDone <- controller.Run(cctx, cc)
 	}()
 	fmt.Fprintf(stdout, "agl train: gateway %s, model %s v%d (%s), data %s\n", url, name, state.Version, ec.ModelDir, c.DataDir)
+	fmt.Fprintf(stdout, "dashboard %s/ (log in with %s)\n", url, keyNote)
 
 	sum, runErr := loop.Run(ctx)
 	stopController()

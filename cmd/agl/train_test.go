@@ -129,6 +129,19 @@ trainer:
 	if len(ms) == 0 || ms[0].Version != state.Version {
 		t.Errorf("registered models %+v, want newest v%d", ms, state.Version)
 	}
+	// Every step's metrics reached the store (the dashboard's charts).
+	steps, _ := st.ListTrainSteps(ctx, "agl")
+	var got []string
+	for _, s := range steps {
+		got = append(got, fmt.Sprintf("%s%d", s.Mode, s.Step))
+	}
+	if fmt.Sprint(got) != "[train1 train2 val0 val2]" {
+		t.Errorf("train steps in the store %v, want [train1 train2 val0 val2]", got)
+	}
+	val2 := int64(2)
+	if rs, _, _ := st.ListRollouts(ctx, store.RolloutFilter{Mode: store.ModeVal, Step: &val2}); len(rs) == 0 {
+		t.Errorf("no val rollouts of step 2")
+	}
 	st.Close()
 
 	// A run without --resume refuses the used data dir; --resume with more

@@ -99,7 +99,7 @@ func ensureSchema(ctx context.Context, cc *pgx.ConnConfig, searchPath string) er
 }
 
 // SchemaVersion is the version this code writes and understands.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[i] brings a database from version i to i+1.
 var migrations = []string{
@@ -172,6 +172,55 @@ CREATE TABLE IF NOT EXISTS models (
 	UNIQUE (name, version)
 );
 `,
+	// 2: a rollout's trainer step (indexed: listings filter by it; filled
+	// from metadata by backfillSteps), recent attempts by start time (the
+	// workers view), trainer step metrics.
+	`
+ALTER TABLE rollouts ADD COLUMN IF NOT EXISTS step bigint;
+CREATE INDEX IF NOT EXISTS rollouts_step ON rollouts (step, seq) WHERE step IS NOT NULL;
+CREATE INDEX IF NOT EXISTS attempts_started ON attempts (started_at, worker_id, status);
+
+CREATE TABLE IF NOT EXISTS train_steps (
+	run     text NOT NULL,
+	mode    text NOT NULL,
+	step    bigint NOT NULL,
+	time    timestamptz NOT NULL,
+	metrics bytea NOT NULL,
+	PRIMARY KEY (run, mode, step)
+);
+`,
+}
+
+// afterMigration[v] runs in the migration transaction once the schema
+// reached version v.
+var afterMigration = map[int]func(context.Context, pgx.Tx) error{2: backfillSteps}
+
+// backfillSteps sets the step column of rollouts created before it existed
+// from their metadata.
+func backfillSteps(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, "SELECT id, metadata FROM rollouts WHERE metadata IS NOT NULL AND step IS NULL")
+	if err != nil {
+		return err
+	}
+	var ids []string
+	var steps []int64
+	for rows.Next() {
+		var id string
+		var meta []byte
+		if err := rows.Scan(&id, &meta); err != nil {
+			rows.Close()
+			return err
+		}
+		if st := store.StepFromMetadata(meta); st != nil {
+			ids, steps = append(ids, id), append(steps, *st)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE rollouts r SET step = u.step FROM unnest($1::text[], $2::bigint[]) AS u(id, step) WHERE r.id = u.id`, ids, steps)
+	return err
 }
 
 // migrationLock is the advisory lock key serialising schema migrations.
@@ -201,6 +250,11 @@ func (s *Store) migrate(ctx context.Context) error {
 		for ; v < SchemaVersion; v++ {
 			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
 				return fmt.Errorf("postgres: migrate schema to version %d: %w", v+1, err)
+			}
+			if fn := afterMigration[v+1]; fn != nil {
+				if err := fn(ctx, tx); err != nil {
+					return fmt.Errorf("postgres: migrate schema to version %d: %w", v+1, err)
+				}
 			}
 		}
 		if _, err := tx.Exec(ctx, "UPDATE schema_version SET version = $1", SchemaVersion); err != nil {

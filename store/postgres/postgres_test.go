@@ -821,3 +821,38 @@ func TestClaimWhileCreating(t *testing.T) {
 		t.Fatalf("counts %v, %v", counts, err)
 	}
 }
+
+// TestMigrateToV2 opens a schema at version 1 (no step column, no
+// train_steps): migrating adds them and fills step from metadata.
+func TestMigrateToV2(t *testing.T) {
+	t.Parallel()
+	url := testURL(t)
+	s1, err := postgres.Open(bg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, s1, store.NewRollout{ID: "a", Metadata: json.RawMessage(`{"step":4}`)}, store.NewRollout{ID: "b"},
+		store.NewRollout{ID: "c", Metadata: json.RawMessage(`{"x":1}`)})
+	for _, q := range []string{`DROP TABLE train_steps`, `DROP INDEX attempts_started`, `ALTER TABLE rollouts DROP COLUMN step`, `UPDATE schema_version SET version = 1`} {
+		if _, err := s1.Pool().Exec(bg, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s1.Close()
+	s2, err := postgres.Open(bg, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	four := int64(4)
+	rs, _, err := s2.ListRollouts(bg, store.RolloutFilter{Step: &four})
+	if err != nil || len(rs) != 1 || rs[0].ID != "a" || rs[0].Step == nil || *rs[0].Step != 4 {
+		t.Fatalf("step 4 after migration: %v %+v", err, rs)
+	}
+	if r, err := s2.GetRollout(bg, "c"); err != nil || r.Step != nil {
+		t.Fatalf("rollout without step: %v %+v", err, r.Step)
+	}
+	if err := s2.PutTrainStep(bg, store.TrainStep{Run: "r", Mode: store.ModeTrain, Metrics: json.RawMessage(`{}`)}); err != nil {
+		t.Fatalf("train steps after migration: %v", err)
+	}
+}

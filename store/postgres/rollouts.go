@@ -16,7 +16,7 @@ import (
 
 const rolloutCols = `id, seq, group_id, task, mode, metadata, timeout_seconds, max_attempts,
 	unresponsive_seconds, status, num_attempts, error, reward, reward_data,
-	created_at, updated_at, terminal_seq`
+	created_at, updated_at, terminal_seq, step`
 
 // scanRollout scans rolloutCols, followed by extra destinations if any.
 func scanRollout(row pgx.Row, extra ...any) (store.Rollout, error) {
@@ -29,7 +29,7 @@ func scanRollout(row pgx.Row, extra ...any) (store.Rollout, error) {
 	)
 	dest := append([]any{&r.ID, &r.Seq, &r.GroupID, &task, &mode, &meta, &r.Config.TimeoutSeconds,
 		&maxAttempts, &r.Config.UnresponsiveSeconds, &status, &numAtts, &r.Error,
-		&r.Reward, &rwdData, &created, &updated, &r.TerminalSeq}, extra...)
+		&r.Reward, &rwdData, &created, &updated, &r.TerminalSeq, &r.Step}, extra...)
 	err := row.Scan(dest...)
 	if err != nil {
 		return store.Rollout{}, err
@@ -109,12 +109,12 @@ func (s *Store) CreateRollouts(ctx context.Context, rs []store.NewRollout) ([]st
 			meta = []byte(nr.Metadata)
 		}
 		b.Queue(`INSERT INTO rollouts (id, group_id, task, mode, metadata, timeout_seconds,
-			max_attempts, unresponsive_seconds, status, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queuing', $9, $9)
+			max_attempts, unresponsive_seconds, status, created_at, updated_at, step)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'queuing', $9, $9, $10)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING `+rolloutCols,
 			nr.ID, nr.GroupID, []byte(nr.Task), string(nr.Mode), meta, nr.Config.TimeoutSeconds,
-			int32(nr.Config.MaxAttempts), nr.Config.UnresponsiveSeconds, t)
+			int32(nr.Config.MaxAttempts), nr.Config.UnresponsiveSeconds, t, nr.Step)
 	}
 	var missing []string // ids that already existed, or repeat within the batch
 	err := s.retry(func() error {
@@ -225,6 +225,9 @@ func (s *Store) ListRollouts(ctx context.Context, f store.RolloutFilter) ([]stor
 			return nil, 0, store.Errorf(store.ErrInvalid, "unknown mode %q", f.Mode)
 		}
 		where = append(where, "mode = "+arg(string(f.Mode)))
+	}
+	if f.Step != nil {
+		where = append(where, "step = "+arg(*f.Step))
 	}
 	if f.MinReward != nil {
 		where = append(where, "reward >= "+arg(*f.MinReward))

@@ -75,6 +75,10 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite store: create schema in %s: %w", path, err)
 	}
+	if err := migrate(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite store: migrate %s: %w", path, err)
+	}
 	r, err := sql.Open("sqlite", dsn("deferred"))
 	if err != nil {
 		w.Close()
@@ -103,7 +107,8 @@ CREATE TABLE IF NOT EXISTS rollouts (
 	reward_data BLOB,
 	created_at INTEGER NOT NULL,
 	updated_at INTEGER NOT NULL,
-	terminal_seq INTEGER
+	terminal_seq INTEGER,
+	step INTEGER
 );
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status, seq);
 CREATE INDEX IF NOT EXISTS rollouts_group ON rollouts(group_id, seq);
@@ -141,6 +146,74 @@ CREATE TABLE IF NOT EXISTS models (
 	PRIMARY KEY (name, version)
 );
 `
+
+// schema2 is what came after the first schema: the queue in claim order (a
+// claim among 100k queued rollouts was a sort of all of them), a rollout's
+// trainer step (an indexed column: listings filter by it), recent attempts
+// by start time (the workers view), and trainer step metrics.
+const schema2 = `
+CREATE INDEX IF NOT EXISTS rollouts_queue ON rollouts(seq) WHERE status IN ('queuing', 'requeuing');
+CREATE INDEX IF NOT EXISTS rollouts_step ON rollouts(step, seq) WHERE step IS NOT NULL;
+CREATE INDEX IF NOT EXISTS attempts_started ON attempts(started_at, worker_id, status);
+CREATE TABLE IF NOT EXISTS train_steps (
+	run TEXT NOT NULL,
+	mode TEXT NOT NULL,
+	step INTEGER NOT NULL,
+	time INTEGER NOT NULL,
+	metrics BLOB NOT NULL,
+	PRIMARY KEY (run, mode, step)
+);
+`
+
+// migrate brings a database created by an earlier version up to date: it
+// adds the rollouts.step column (filled from each rollout's metadata) and
+// what schema2 creates.
+func migrate(ctx context.Context, w *sql.DB) error {
+	var n int
+	if err := w.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('rollouts') WHERE name = 'step'`).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		tx, err := w.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE rollouts ADD COLUMN step INTEGER`); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT seq, metadata FROM rollouts WHERE metadata IS NOT NULL`)
+		if err != nil {
+			return err
+		}
+		steps := map[int64]int64{}
+		for rows.Next() {
+			var seq int64
+			var meta []byte
+			if err := rows.Scan(&seq, &meta); err != nil {
+				rows.Close()
+				return err
+			}
+			if st := store.StepFromMetadata(meta); st != nil {
+				steps[seq] = *st
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for seq, st := range steps {
+			if _, err := tx.ExecContext(ctx, `UPDATE rollouts SET step = ? WHERE seq = ?`, st, seq); err != nil {
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	_, err := w.ExecContext(ctx, schema2)
+	return err
+}
 
 // Close closes the database.
 func (s *Store) Close() error {
@@ -247,7 +320,7 @@ func (s *Store) tx(ctx context.Context, fn func(tx wtx) error) error {
 }
 
 const rolloutCols = `seq, id, group_id, task, mode, metadata, timeout_s, max_attempts, unresponsive_s,
-	status, num_attempts, error, reward, reward_data, created_at, updated_at, terminal_seq`
+	status, num_attempts, error, reward, reward_data, created_at, updated_at, terminal_seq, step`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -256,11 +329,11 @@ func scanRollout(sc scanner) (store.Rollout, error) {
 	var task, meta, rdata []byte
 	var reward sql.NullFloat64
 	var created, updated int64
-	var term sql.NullInt64
+	var term, step sql.NullInt64
 	var mode, status string
 	err := sc.Scan(&r.Seq, &r.ID, &r.GroupID, &task, &mode, &meta, &r.Config.TimeoutSeconds,
 		&r.Config.MaxAttempts, &r.Config.UnresponsiveSeconds, &status, &r.NumAttempts, &r.Error,
-		&reward, &rdata, &created, &updated, &term)
+		&reward, &rdata, &created, &updated, &term, &step)
 	if err != nil {
 		return r, err
 	}
@@ -279,6 +352,10 @@ func scanRollout(sc scanner) (store.Rollout, error) {
 	r.Status = store.RolloutStatus(status)
 	r.CreatedAt, r.UpdatedAt = fromTS(created), fromTS(updated)
 	r.TerminalSeq = term.Int64
+	if step.Valid {
+		v := step.Int64
+		r.Step = &v
+	}
 	return r, nil
 }
 
@@ -340,7 +417,7 @@ func (s *Store) CreateRollouts(ctx context.Context, in []store.NewRollout) ([]st
 	out := make([]store.Rollout, len(norm))
 	err := s.tx(ctx, func(tx wtx) error {
 		ins, err := tx.stmt(ctx, `INSERT INTO rollouts (id, group_id, task, mode, metadata, timeout_s, max_attempts,
-			unresponsive_s, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING`)
+			unresponsive_s, status, created_at, updated_at, step) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
@@ -350,8 +427,12 @@ func (s *Store) CreateRollouts(ctx context.Context, in []store.NewRollout) ([]st
 			if len(n.Metadata) > 0 {
 				meta = []byte(n.Metadata)
 			}
+			var step any
+			if n.Step != nil {
+				step = *n.Step
+			}
 			if _, err := ins.ExecContext(ctx, n.ID, n.GroupID, []byte(n.Task), string(n.Mode), meta, n.Config.TimeoutSeconds,
-				n.Config.MaxAttempts, n.Config.UnresponsiveSeconds, string(store.RolloutQueuing), t, t); err != nil {
+				n.Config.MaxAttempts, n.Config.UnresponsiveSeconds, string(store.RolloutQueuing), t, t, step); err != nil {
 				return fmt.Errorf("sqlite store: insert rollout %s: %w", n.ID, err)
 			}
 			if out[i], err = getRollout(ctx, tx, n.ID); err != nil {
@@ -405,6 +486,10 @@ func (s *Store) ListRollouts(ctx context.Context, f store.RolloutFilter) ([]stor
 	if f.Mode != "" {
 		where = append(where, "mode = ?")
 		args = append(args, string(f.Mode))
+	}
+	if f.Step != nil {
+		where = append(where, "step = ?")
+		args = append(args, *f.Step)
 	}
 	if f.MinReward != nil {
 		where = append(where, "reward >= ?")
@@ -474,10 +559,12 @@ func (s *Store) CountRollouts(ctx context.Context) (store.Counts, error) {
 	return c, rows.Err()
 }
 
-// nextTerminalSeq is safe because all writes are serialized on one connection.
+// nextTerminalSeq is safe because all writes are serialized on one
+// connection. The IS NOT NULL lets SQLite read the maximum from the partial
+// index rollouts_terminal instead of scanning the table.
 func nextTerminalSeq(ctx context.Context, tx wtx) (int64, error) {
 	var n int64
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(terminal_seq), 0) + 1 FROM rollouts`).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(terminal_seq), 0) + 1 FROM rollouts WHERE terminal_seq IS NOT NULL`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlite store: terminal seq: %w", err)
 	}
 	return n, nil
@@ -556,7 +643,9 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 	}
 	var c store.Claim
 	err := s.tx(ctx, func(tx wtx) error {
-		q := `SELECT ` + rolloutCols + ` FROM rollouts WHERE status IN ('queuing', 'requeuing')`
+		// The partial index walks the queue in seq order; without it SQLite
+		// sorted every queued rollout for each claim.
+		q := `SELECT ` + rolloutCols + ` FROM rollouts INDEXED BY rollouts_queue WHERE status IN ('queuing', 'requeuing')`
 		args := []any{}
 		if req.Mode != "" {
 			q += ` AND mode = ?`
@@ -872,6 +961,115 @@ func (s *Store) ListModels(ctx context.Context, name string) ([]store.Model, err
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+// PutTrainStep implements store.Store.
+func (s *Store) PutTrainStep(ctx context.Context, t store.TrainStep) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if t.Time.IsZero() {
+		t.Time = now()
+	}
+	return s.tx(ctx, func(tx wtx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO train_steps (run, mode, step, time, metrics) VALUES (?,?,?,?,?)
+			ON CONFLICT (run, mode, step) DO UPDATE SET time = excluded.time, metrics = excluded.metrics`,
+			t.Run, string(t.Mode), t.Step, ts(t.Time), []byte(t.Metrics)); err != nil {
+			return fmt.Errorf("sqlite store: put train step: %w", err)
+		}
+		return nil
+	})
+}
+
+// ListTrainSteps implements store.Store.
+func (s *Store) ListTrainSteps(ctx context.Context, run string) ([]store.TrainStep, error) {
+	q := `SELECT run, mode, step, time, metrics FROM train_steps`
+	args := []any{}
+	if run != "" {
+		q += ` WHERE run = ?`
+		args = append(args, run)
+	}
+	q += ` ORDER BY run, mode, step`
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: list train steps: %w", err)
+	}
+	defer rows.Close()
+	out := []store.TrainStep{}
+	for rows.Next() {
+		var t store.TrainStep
+		var mode string
+		var tm int64
+		var m []byte
+		if err := rows.Scan(&t.Run, &mode, &t.Step, &tm, &m); err != nil {
+			return nil, fmt.Errorf("sqlite store: scan train step: %w", err)
+		}
+		t.Mode, t.Time, t.Metrics = store.Mode(mode), fromTS(tm), json.RawMessage(m)
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Workers implements store.Store. Two reads: recent attempts from the
+// covering index attempts_started, and running ones (few) for heartbeats.
+func (s *Store) Workers(ctx context.Context, since time.Time) ([]store.Worker, error) {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true}) // one snapshot
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	defer tx.Rollback()
+	byID := map[string]*store.Worker{}
+	get := func(id string) *store.Worker {
+		w := byID[id]
+		if w == nil {
+			w = &store.Worker{ID: id}
+			byID[id] = w
+		}
+		return w
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT worker_id, COUNT(*), SUM(status NOT IN ('running', 'succeeded')), MAX(started_at)
+		FROM attempts WHERE started_at >= ? GROUP BY worker_id`, ts(since))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var n, failed int
+		var last int64
+		if err := rows.Scan(&id, &n, &failed, &last); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("sqlite store: workers: %w", err)
+		}
+		w := get(id)
+		w.Attempts, w.Failed, w.LastSeen = n, failed, fromTS(last)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT worker_id, COUNT(*), SUM(started_at < ?), MAX(last_heartbeat)
+		FROM attempts WHERE status = 'running' GROUP BY worker_id`, ts(since))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var n, older int
+		var hb int64
+		if err := rows.Scan(&id, &n, &older, &hb); err != nil {
+			return nil, fmt.Errorf("sqlite store: workers: %w", err)
+		}
+		w := get(id)
+		w.Running, w.Attempts = n, w.Attempts+older
+		if t := fromTS(hb); t.After(w.LastSeen) {
+			w.LastSeen = t
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite store: workers: %w", err)
+	}
+	return store.SortWorkers(byID), nil
 }
 
 // Reap implements store.Store.

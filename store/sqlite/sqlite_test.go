@@ -2,6 +2,8 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"path/filepath"
 	"testing"
 
@@ -33,4 +35,48 @@ func TestBadSynchronous(t *testing.T) {
 
 func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) store.Store { return open(b) })
+}
+
+// TestMigrateStep opens a database made before rollouts had a step column:
+// the column is added and filled from each rollout's metadata.
+func TestMigrateStep(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateRollouts(ctx, []store.NewRollout{
+		{ID: "a", Metadata: json.RawMessage(`{"step":4}`)}, {ID: "b"}, {ID: "c", Metadata: json.RawMessage(`{"x":1}`)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// Turn it back into the old schema.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP INDEX rollouts_step`, `DROP INDEX attempts_started`, `DROP TABLE train_steps`, `ALTER TABLE rollouts DROP COLUMN step`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err = sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	four := int64(4)
+	rs, _, err := s.ListRollouts(ctx, store.RolloutFilter{Step: &four})
+	if err != nil || len(rs) != 1 || rs[0].ID != "a" || rs[0].Step == nil || *rs[0].Step != 4 {
+		t.Fatalf("step 4 after migration: %v %+v", err, rs)
+	}
+	if r, err := s.GetRollout(ctx, "c"); err != nil || r.Step != nil {
+		t.Fatalf("rollout without step: %v %+v", err, r.Step)
+	}
+	if err := s.PutTrainStep(ctx, store.TrainStep{Run: "r", Mode: store.ModeTrain, Metrics: json.RawMessage(`{}`)}); err != nil {
+		t.Fatalf("train steps after migration: %v", err)
+	}
 }

@@ -37,6 +37,9 @@ func Run(t *testing.T, open Opener) {
 		{"Cancel", testCancel},
 		{"TerminalCursor", testTerminal},
 		{"Models", testModels},
+		{"StepFilter", testStepFilter},
+		{"TrainSteps", testTrainSteps},
+		{"Workers", testWorkers},
 		{"ReapUnresponsive", testReapUnresponsive},
 		{"ReapTimeout", testReapTimeout},
 		{"ConcurrentClaims", testConcurrentClaims},
@@ -589,5 +592,151 @@ func testConcurrentAppends(t *testing.T, s store.Store) {
 				t.Fatalf("batch interleaved at %d: %s after %s", i+j, all[i+j].Data, all[i].Data)
 			}
 		}
+	}
+}
+
+func step(n int64) *int64 { return &n }
+
+func testStepFilter(t *testing.T, s store.Store) {
+	c := ctx(t)
+	var in []store.NewRollout
+	for i := 0; i < 12; i++ {
+		in = append(in, store.NewRollout{ID: fmt.Sprintf("s%02d", i), Metadata: json.RawMessage(fmt.Sprintf(`{"step":%d,"k":"v"}`, i%3))})
+	}
+	in = append(in,
+		store.NewRollout{ID: "explicit", Step: step(1), Metadata: json.RawMessage(`{"step":7}`)},
+		store.NewRollout{ID: "nostep", Metadata: json.RawMessage(`{"k":1}`)},
+		store.NewRollout{ID: "badstep", Metadata: json.RawMessage(`{"step":"x"}`)},
+		store.NewRollout{ID: "fracstep", Metadata: json.RawMessage(`{"step":1.5}`)},
+		store.NewRollout{ID: "array", Metadata: json.RawMessage(`[1]`)},
+	)
+	created := create(t, s, in...)
+	if created[0].Step == nil || *created[0].Step != 0 || created[12].Step == nil || *created[12].Step != 1 {
+		t.Fatalf("created steps %v %v, want 0 (from metadata) and 1 (explicit)", created[0].Step, created[12].Step)
+	}
+	for _, r := range created[13:] {
+		if r.Step != nil {
+			t.Errorf("rollout %s: step %d, want none", r.ID, *r.Step)
+		}
+	}
+	if got := must(s.GetRollout(c, "s04")); got.Step == nil || *got.Step != 1 {
+		t.Errorf("GetRollout step %v, want 1", got.Step)
+	}
+	// Step 1: s01 s04 s07 s10 and explicit; paged by 2, newest first.
+	var seen []string
+	var cursor int64
+	for {
+		page, next := must2(s.ListRollouts(c, store.RolloutFilter{Step: step(1), Desc: true, Limit: 2, Cursor: cursor}))
+		for _, r := range page {
+			if r.Step == nil || *r.Step != 1 {
+				t.Errorf("step filter returned %s with step %v", r.ID, r.Step)
+			}
+			seen = append(seen, r.ID)
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	if fmt.Sprint(seen) != "[explicit s10 s07 s04 s01]" {
+		t.Errorf("step 1 pages %v", seen)
+	}
+	// Combined with other filters.
+	cl := claim(t, s) // s00, step 0
+	must(s.CompleteAttempt(c, cl.Rollout.ID, cl.Attempt.ID, store.AttemptSucceeded, ""))
+	done, _ := must2(s.ListRollouts(c, store.RolloutFilter{Step: step(0), Status: []store.RolloutStatus{store.RolloutSucceeded}}))
+	if len(done) != 1 || done[0].ID != "s00" {
+		t.Errorf("step 0 succeeded %v", ids(done))
+	}
+	none, _ := must2(s.ListRollouts(c, store.RolloutFilter{Step: step(99)}))
+	if len(none) != 0 {
+		t.Errorf("step 99 %v", ids(none))
+	}
+	_, err := s.CreateRollouts(c, []store.NewRollout{{ID: "neg", Step: step(-1)}})
+	wantErr(t, err, store.ErrInvalid)
+}
+
+func testTrainSteps(t *testing.T, s store.Store) {
+	c := ctx(t)
+	if got := must(s.ListTrainSteps(c, "")); len(got) != 0 {
+		t.Fatalf("empty store has steps %v", got)
+	}
+	at := time.Date(2025, 1, 2, 3, 4, 5, 6000, time.UTC)
+	put := func(run string, mode store.Mode, step int64, m string) {
+		t.Helper()
+		if err := s.PutTrainStep(c, store.TrainStep{Run: run, Mode: mode, Step: step, Time: at, Metrics: json.RawMessage(m)}); err != nil {
+			t.Fatalf("put %s %s %d: %v", run, mode, step, err)
+		}
+	}
+	put("a", store.ModeTrain, 2, `{"reward_mean":0.5}`)
+	put("a", store.ModeTrain, 1, `{"reward_mean":0.25}`)
+	put("a", store.ModeVal, 0, `{"reward_mean":0.1}`)
+	put("b", store.ModeTrain, 1, `{"reward_mean":0.9}`)
+	put("a", store.ModeTrain, 2, `{"reward_mean":0.75}`) // a resumed run redoes step 2
+	got := must(s.ListTrainSteps(c, "a"))
+	var keys []string
+	for _, st := range got {
+		keys = append(keys, fmt.Sprintf("%s/%s/%d", st.Run, st.Mode, st.Step))
+	}
+	if fmt.Sprint(keys) != "[a/train/1 a/train/2 a/val/0]" {
+		t.Fatalf("steps of run a %v", keys)
+	}
+	var m struct {
+		Reward float64 `json:"reward_mean"`
+	}
+	if err := json.Unmarshal(got[1].Metrics, &m); err != nil || m.Reward != 0.75 {
+		t.Errorf("replaced step metrics %s", got[1].Metrics)
+	}
+	if !got[0].Time.Equal(at) {
+		t.Errorf("time %v, want %v", got[0].Time, at)
+	}
+	if all := must(s.ListTrainSteps(c, "")); len(all) != 4 {
+		t.Errorf("all runs: %d steps, want 4", len(all))
+	}
+	if err := s.PutTrainStep(c, store.TrainStep{Run: "a", Mode: store.ModeTrain, Step: 3}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("no metrics: %v, want invalid", err)
+	}
+	if err := s.PutTrainStep(c, store.TrainStep{Run: "a", Mode: "x", Step: 3, Metrics: json.RawMessage(`{}`)}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("bad mode: %v, want invalid", err)
+	}
+	if err := s.PutTrainStep(c, store.TrainStep{Mode: store.ModeTrain, Metrics: json.RawMessage(`{}`)}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("no run: %v, want invalid", err)
+	}
+	// A zero time is set to now.
+	before := time.Now().Add(-time.Second)
+	must(0, s.PutTrainStep(c, store.TrainStep{Run: "c", Mode: store.ModeTrain, Metrics: json.RawMessage(`{}`)}))
+	if st := must(s.ListTrainSteps(c, "c")); len(st) != 1 || st[0].Time.Before(before) {
+		t.Errorf("zero time not set to now: %+v", st)
+	}
+}
+
+func testWorkers(t *testing.T, s store.Store) {
+	c := ctx(t)
+	start := time.Now().Add(-time.Second)
+	if w := must(s.Workers(c, start)); len(w) != 0 {
+		t.Fatalf("workers of an empty store %v", w)
+	}
+	create(t, s, store.NewRollout{ID: "a"}, store.NewRollout{ID: "b"}, store.NewRollout{ID: "c"}, store.NewRollout{ID: "d"})
+	ca := must(s.Claim(c, store.ClaimRequest{WorkerID: "w1"}))
+	cb := must(s.Claim(c, store.ClaimRequest{WorkerID: "w1"}))
+	must(s.Claim(c, store.ClaimRequest{WorkerID: "w1"}))
+	must(s.Claim(c, store.ClaimRequest{WorkerID: "w2"}))
+	must(s.CompleteAttempt(c, "a", ca.Attempt.ID, store.AttemptSucceeded, ""))
+	must(s.CompleteAttempt(c, "b", cb.Attempt.ID, store.AttemptFailed, "boom"))
+	ws := must(s.Workers(c, start))
+	if len(ws) != 2 {
+		t.Fatalf("workers %+v", ws)
+	}
+	w1, w2 := ws[0], ws[1]
+	if w1.ID != "w1" || w1.Running != 1 || w1.Attempts != 3 || w1.Failed != 1 || w1.LastSeen.Before(start) {
+		t.Errorf("w1 %+v", w1)
+	}
+	if w2.ID != "w2" || w2.Running != 1 || w2.Attempts != 1 || w2.Failed != 0 {
+		t.Errorf("w2 %+v", w2)
+	}
+	// Later: only running attempts count.
+	ws = must(s.Workers(c, time.Now().Add(time.Hour)))
+	if len(ws) != 2 || ws[0].Attempts != 1 || ws[0].Running != 1 || ws[0].Failed != 0 {
+		t.Errorf("workers with only running attempts %+v", ws)
 	}
 }

@@ -1,0 +1,136 @@
+package dashboard
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/samples"
+	"github.com/aglrl/agl/store"
+)
+
+// TokensView answers GET /api/dashboard/rollouts/{id}/tokens: an attempt's
+// calls merged into training samples exactly as package samples does it
+// (default build config: merge on exact token prefixes, split on a model
+// version change), token by token.
+type TokensView struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   string `json:"attempt"`
+	// Decoded is true when Pieces hold each token's text.
+	Decoded  bool               `json:"decoded"`
+	Samples  []TokenSample      `json:"samples"`
+	Excluded []samples.Excluded `json:"excluded"`
+}
+
+// TokenSample is one training sample: parallel per-token arrays, where it
+// started and why, and where each merged call's tokens lie.
+type TokenSample struct {
+	Index         int           `json:"index"`
+	Split         samples.Split `json:"split"`
+	ModelVersions []int64       `json:"model_versions"`
+	Truncated     bool          `json:"truncated,omitempty"`
+	IDs           []int32       `json:"ids"`
+	Mask          []int8        `json:"mask"` // not []uint8: that encodes as base64
+	Logprobs      []float32     `json:"logprobs"`
+	Pieces        []string      `json:"pieces,omitempty"`
+	Calls         []CallSpan    `json:"calls"`
+}
+
+// CallSpan locates one call in a sample: the prompt tokens it added are
+// [PromptStart, ResponseStart), its response [ResponseStart, ResponseEnd).
+type CallSpan struct {
+	CallID        string `json:"call_id"`
+	PromptStart   int    `json:"prompt_start"`
+	ResponseStart int    `json:"response_start"`
+	ResponseEnd   int    `json:"response_end"`
+}
+
+func (d *Dashboard) tokens(w http.ResponseWriter, r *http.Request) error {
+	ro, err := d.opt.Store.GetRollout(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	aid, err := d.attemptOf(r, ro)
+	if err != nil {
+		return err
+	}
+	v := TokensView{RolloutID: ro.ID, Attempt: aid, Decoded: d.opt.Tokenizer != nil, Samples: []TokenSample{}, Excluded: []samples.Excluded{}}
+	if aid != "" {
+		evs, err := d.opt.Store.ListEvents(r.Context(), store.EventFilter{RolloutID: ro.ID, AttemptID: aid, Types: []string{store.EventModelRequest}})
+		if err != nil {
+			return err
+		}
+		v.Samples, v.Excluded = TokenSamples(ro, aid, evs, d.opt.Tokenizer)
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// TokenSamples builds the per-token view of one attempt's model_request
+// events; dec (optional) decodes each token's text.
+func TokenSamples(ro store.Rollout, attemptID string, events []store.Event, dec Decoder) ([]TokenSample, []samples.Excluded) {
+	calls, bad := samples.Calls(events, attemptID)
+	ss, excl := samples.Build(samples.BuildConfig{}, ro.ID, ro.GroupID, attemptID, calls)
+	excl = append(bad, excl...)
+	if excl == nil {
+		excl = []samples.Excluded{}
+	}
+	byID := make(map[string]*api.ModelCall, len(calls))
+	for i := range calls {
+		byID[calls[i].CallID] = &calls[i]
+	}
+	out := make([]TokenSample, len(ss))
+	for i, s := range ss {
+		ts := TokenSample{Index: s.Index, Split: s.Split, ModelVersions: s.ModelVersions, Truncated: s.Truncated,
+			IDs: s.IDs, Mask: make([]int8, len(s.LossMask)), Logprobs: s.Logprobs, Calls: []CallSpan{}}
+		for k, m := range s.LossMask {
+			ts.Mask[k] = int8(m)
+		}
+		at := 0
+		for _, id := range s.CallIDs {
+			c := byID[id]
+			if c == nil {
+				continue
+			}
+			rs := min(len(c.PromptIDs), len(s.IDs))
+			re := min(rs+len(c.ResponseIDs), len(s.IDs))
+			ts.Calls = append(ts.Calls, CallSpan{CallID: id, PromptStart: at, ResponseStart: rs, ResponseEnd: re})
+			at = re
+		}
+		if dec != nil {
+			ts.Pieces = make([]string, len(s.IDs))
+			for k, id := range s.IDs {
+				ts.Pieces[k] = piece(dec, id)
+			}
+		}
+		out[i] = ts
+	}
+	return out, excl
+}
+
+// piece is one token's text. A token holding part of a multi-byte
+// character shows its bytes as \xNN (when the decoder gives raw bytes)
+// rather than a replacement character.
+func piece(dec Decoder, id int32) string {
+	bd, ok := dec.(interface{ DecodeBytes(ids []int32) []byte })
+	if !ok {
+		return dec.Decode([]int32{id})
+	}
+	b := bd.DecodeBytes([]int32{id})
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&sb, "\\x%02x", b[0])
+		} else {
+			sb.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	return sb.String()
+}
