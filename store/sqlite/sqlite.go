@@ -30,6 +30,8 @@ type Store struct {
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared on w, reused by every write transaction
+
+	events *store.GroupCommit // batches concurrent AppendEvents into shared transactions
 }
 
 var _ store.Store = (*Store)(nil)
@@ -82,7 +84,9 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	return &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}, nil
+	s := &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}
+	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{})
+	return s, nil
 }
 
 const schema = `
@@ -144,6 +148,7 @@ CREATE TABLE IF NOT EXISTS models (
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.events.Close()
 	s.mu.Lock()
 	for _, st := range s.stmts {
 		st.Close()
@@ -701,46 +706,75 @@ func (s *Store) AttemptByKey(ctx context.Context, rolloutID, attemptID, key stri
 	return a, nil
 }
 
-// AppendEvents implements store.Store.
+// AppendEvents implements store.Store. Concurrent calls share write
+// transactions (store.GroupCommit): each returns once the transaction
+// holding its events committed.
 func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) ([]store.Event, error) {
 	evs, err := store.ValidateEvents(in, now())
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Event, len(evs))
-	err = s.tx(ctx, func(tx wtx) error {
-		var st string
-		err := tx.QueryRowContext(ctx, `SELECT status FROM attempts WHERE id = ? AND rollout_id = ?`, attemptID, rolloutID).Scan(&st)
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.Errorf(store.ErrNotFound, "attempt %q of rollout %q", attemptID, rolloutID)
-		}
+	return s.events.Append(ctx, rolloutID, attemptID, evs)
+}
+
+// commitEvents is the store.CommitFunc of s.events: one write transaction
+// for a batch of appends.
+func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
+	return s.tx(ctx, func(tx wtx) error {
+		check, err := tx.stmt(ctx, `SELECT status FROM attempts WHERE id = ? AND rollout_id = ?`)
 		if err != nil {
-			return fmt.Errorf("sqlite store: append events: %w", err)
-		}
-		if st != string(store.AttemptRunning) {
-			return store.Errorf(store.ErrConflict, "attempt %s is %s, not running: events are closed", attemptID, st)
+			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
 		ins, err := tx.stmt(ctx, `INSERT INTO events (rollout_id, attempt_id, type, time, data) VALUES (?,?,?,?,?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
-		for i, e := range evs {
-			res, err := ins.ExecContext(ctx, rolloutID, attemptID, e.Type, ts(e.Time), []byte(e.Data))
-			if err != nil {
-				return fmt.Errorf("sqlite store: insert event: %w", err)
+		// An attempt's status cannot change inside this transaction: look
+		// each attempt up once per batch.
+		type seen struct{ rid, aid, status string }
+		var known []seen
+		for _, a := range batch {
+			st, found := "", false
+			for _, k := range known {
+				if k.rid == a.RolloutID && k.aid == a.AttemptID {
+					st, found = k.status, true
+					break
+				}
 			}
-			seq, err := res.LastInsertId()
-			if err != nil {
-				return fmt.Errorf("sqlite store: event seq: %w", err)
+			if !found {
+				err := check.QueryRowContext(ctx, a.AttemptID, a.RolloutID).Scan(&st)
+				if errors.Is(err, sql.ErrNoRows) {
+					st = ""
+				} else if err != nil {
+					return fmt.Errorf("sqlite store: append events: %w", err)
+				}
+				known = append(known, seen{a.RolloutID, a.AttemptID, st})
 			}
-			out[i] = store.Event{Seq: seq, RolloutID: rolloutID, AttemptID: attemptID, Type: e.Type, Time: fromTS(ts(e.Time)), Data: e.Data}
+			switch st {
+			case "":
+				a.Err = store.Errorf(store.ErrNotFound, "attempt %q of rollout %q", a.AttemptID, a.RolloutID)
+				continue
+			case string(store.AttemptRunning):
+			default:
+				a.Err = store.Errorf(store.ErrConflict, "attempt %s is %s, not running: events are closed", a.AttemptID, st)
+				continue
+			}
+			out := make([]store.Event, len(a.Events))
+			for j, e := range a.Events {
+				res, err := ins.ExecContext(ctx, a.RolloutID, a.AttemptID, e.Type, ts(e.Time), []byte(e.Data))
+				if err != nil {
+					return fmt.Errorf("sqlite store: insert event: %w", err)
+				}
+				seq, err := res.LastInsertId()
+				if err != nil {
+					return fmt.Errorf("sqlite store: event seq: %w", err)
+				}
+				out[j] = store.Event{Seq: seq, RolloutID: a.RolloutID, AttemptID: a.AttemptID, Type: e.Type, Time: fromTS(ts(e.Time)), Data: e.Data}
+			}
+			a.Stored = out
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // ListEvents implements store.Store.

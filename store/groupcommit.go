@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// GroupCommit batches concurrent AppendEvents calls into shared write
+// transactions ("group commit"), for backends whose cost per transaction
+// (commit, WAL frames, round trips) dominates the cost per event.
+//
+// No call waits for a timer: a call that finds no transaction in flight
+// commits at once, alone; calls arriving while a transaction is in flight
+// queue up and are committed together, in arrival order, by the next
+// transaction, as soon as the one in flight ends. The transaction is run
+// by one of the waiting callers (the first in the queue), so there is no
+// writer goroutine to hand off to.
+//
+// Semantics are those of Store.AppendEvents, call by call: Append returns
+// only after the transaction holding its events committed (so an acked
+// append is exactly as durable as the backend's commit), each call's events
+// are contiguous and in order, and sequence numbers follow arrival order
+// (the order in which calls entered Append). A call refused on its own
+// (attempt missing or not running) gets its own error and does not affect
+// the rest of its batch. When a batch's transaction fails, every call in
+// it gets the error and none of its events is stored; a batch that fails
+// with ErrInvalid (a value the database refused) is retried one call at a
+// time, so that one bad call fails alone.
+type GroupCommit struct {
+	commit    CommitFunc
+	maxEvents int
+	maxBytes  int
+
+	mu     sync.Mutex
+	queue  []*Append
+	busy   bool // a caller is committing (or about to); false only with an empty queue
+	closed bool
+	idle   sync.Cond // signalled when busy turns false
+}
+
+// Append is one AppendEvents call inside a group commit.
+type Append struct {
+	RolloutID, AttemptID string
+	// Events are validated (ValidateEvents) and have their times set.
+	Events []NewEvent
+
+	// Stored or Err is set by the CommitFunc.
+	Stored []Event
+	Err    error
+
+	state appendState
+	wake  chan bool // true: lead the next batch; false: done
+}
+
+type appendState uint8
+
+const (
+	queued appendState = iota
+	taken              // in a batch being committed
+	leading            // promoted to commit the next batch
+)
+
+// CommitFunc writes a batch in one transaction, in order. It sets each
+// append's Stored (with store-assigned sequence numbers), or its Err when
+// that append alone is refused (ErrNotFound, ErrConflict), in which case
+// none of its events may be written. A non-nil return means the
+// transaction did not commit: every append of the batch fails with it.
+type CommitFunc func(ctx context.Context, batch []*Append) error
+
+// GroupCommitOptions bound a batch. A batch always holds at least one call.
+type GroupCommitOptions struct {
+	// MaxEvents bounds the events of one transaction (default 4096).
+	MaxEvents int
+	// MaxBytes bounds the event data of one transaction (default 16 MiB).
+	MaxBytes int
+}
+
+// NewGroupCommit returns a group commit writing through commit.
+func NewGroupCommit(commit CommitFunc, opt GroupCommitOptions) *GroupCommit {
+	if opt.MaxEvents <= 0 {
+		opt.MaxEvents = 4096
+	}
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = 16 << 20
+	}
+	g := &GroupCommit{commit: commit, maxEvents: opt.MaxEvents, maxBytes: opt.MaxBytes}
+	g.idle.L = &g.mu
+	return g
+}
+
+// Append appends validated events to an attempt (see GroupCommit for the
+// semantics). A ctx that ends while the call still waits in the queue
+// withdraws it (nothing is written and ctx's error is returned); once its
+// batch is being committed the call waits for the outcome. The
+// transaction itself runs without the callers' cancellation.
+func (g *GroupCommit) Append(ctx context.Context, rolloutID, attemptID string, evs []NewEvent) ([]Event, error) {
+	a := &Append{RolloutID: rolloutID, AttemptID: attemptID, Events: evs}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, ErrStoreClosing
+	}
+	g.queue = append(g.queue, a)
+	if !g.busy {
+		// Nothing in flight: a is alone in the queue and commits now.
+		g.busy = true
+		g.mu.Unlock()
+	} else {
+		a.wake = make(chan bool, 1)
+		g.mu.Unlock()
+		var lead bool
+		select {
+		case lead = <-a.wake:
+		case <-ctx.Done():
+			g.mu.Lock()
+			if a.state == queued {
+				g.remove(a)
+				g.mu.Unlock()
+				return nil, fmt.Errorf("append events: %w", ctx.Err())
+			}
+			g.mu.Unlock()
+			// Taken into a batch, or promoted to lead one: see it through.
+			lead = <-a.wake
+		}
+		if !lead {
+			return a.Stored, a.Err
+		}
+	}
+	g.lead(context.WithoutCancel(ctx), a)
+	return a.Stored, a.Err
+}
+
+// remove drops a queued append; the caller holds g.mu.
+func (g *GroupCommit) remove(a *Append) {
+	for i, q := range g.queue {
+		if q == a {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// lead commits the batch at the head of the queue (which starts with
+// self), then hands the lead to the next queued call, if any, and wakes
+// the batch's other callers.
+func (g *GroupCommit) lead(ctx context.Context, self *Append) {
+	g.mu.Lock()
+	n, events, bytes := 0, 0, 0
+	for _, a := range g.queue {
+		size := 0
+		for _, e := range a.Events {
+			size += len(e.Data)
+		}
+		if n > 0 && (events+len(a.Events) > g.maxEvents || bytes+size > g.maxBytes) {
+			break
+		}
+		a.state = taken
+		n, events, bytes = n+1, events+len(a.Events), bytes+size
+	}
+	batch := make([]*Append, n)
+	copy(batch, g.queue)
+	g.queue = append(g.queue[:0], g.queue[n:]...)
+	g.mu.Unlock()
+
+	panicked := true
+	defer func() {
+		if panicked {
+			for _, a := range batch {
+				a.Stored, a.Err = nil, errors.New("append events: group commit panicked")
+			}
+		}
+		g.mu.Lock()
+		var next *Append
+		if len(g.queue) > 0 {
+			next = g.queue[0]
+			next.state = leading
+		} else {
+			g.busy = false
+			g.idle.Broadcast()
+		}
+		g.mu.Unlock()
+		if next != nil {
+			next.wake <- true
+		}
+		for _, a := range batch {
+			if a != self {
+				a.wake <- false
+			}
+		}
+	}()
+	g.run(ctx, batch)
+	panicked = false
+}
+
+// run commits batch and sets every append's outcome.
+func (g *GroupCommit) run(ctx context.Context, batch []*Append) {
+	err := g.commit(ctx, batch)
+	if err == nil {
+		return
+	}
+	if len(batch) > 1 && errors.Is(err, ErrInvalid) {
+		// Some call carried a value the database refused: find it by
+		// committing one call at a time.
+		for _, a := range batch {
+			a.Stored, a.Err = nil, nil
+			g.run(ctx, []*Append{a})
+		}
+		return
+	}
+	for _, a := range batch {
+		a.Stored, a.Err = nil, err
+	}
+}
+
+// Close waits for the transaction in flight and every queued call to
+// finish; later Appends fail with ErrStoreClosing.
+func (g *GroupCommit) Close() {
+	g.mu.Lock()
+	g.closed = true
+	for g.busy {
+		g.idle.Wait()
+	}
+	g.mu.Unlock()
+}
