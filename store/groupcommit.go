@@ -57,9 +57,9 @@ type Append struct {
 type appendState uint8
 
 const (
-	queued appendState = iota
-	taken              // in a batch being committed
-	leading            // promoted to commit the next batch
+	queued  appendState = iota
+	taken               // in a batch being committed
+	leading             // promoted to commit the next batch
 )
 
 // CommitFunc writes a batch in one transaction, in order. It sets each
