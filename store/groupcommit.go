@@ -11,33 +11,36 @@ import (
 // transactions ("group commit"), for backends whose cost per transaction
 // (commit, WAL frames, round trips) dominates the cost per event.
 //
-// No call waits for a timer: a call that finds no transaction in flight
-// commits at once, alone; calls arriving while a transaction is in flight
-// queue up and are committed together, in arrival order, by the next
-// transaction, as soon as the one in flight ends. The transaction is run
-// by one of the waiting callers (the first in the queue), so there is no
-// writer goroutine to hand off to.
+// No call waits for a timer: a call that finds fewer than MaxInFlight
+// transactions in flight commits at once, alone; calls arriving while
+// MaxInFlight transactions are in flight queue up and are committed
+// together, in arrival order, by the next transaction, as soon as one in
+// flight ends. The transaction is run by one of the waiting callers (the
+// first in the queue), so there is no writer goroutine to hand off to.
 //
 // Semantics are those of Store.AppendEvents, call by call: Append returns
 // only after the transaction holding its events committed (so an acked
 // append is exactly as durable as the backend's commit), each call's events
 // are contiguous and in order, and sequence numbers follow arrival order
-// (the order in which calls entered Append). A call refused on its own
+// (the order in which calls entered Append; with MaxInFlight > 1, calls
+// in flight at the same time are ordered by the backend's locks, as
+// concurrent calls always were). A call refused on its own
 // (attempt missing or not running) gets its own error and does not affect
 // the rest of its batch. When a batch's transaction fails, every call in
 // it gets the error and none of its events is stored; a batch that fails
 // with ErrInvalid (a value the database refused) is retried one call at a
 // time, so that one bad call fails alone.
 type GroupCommit struct {
-	commit    CommitFunc
-	maxEvents int
-	maxBytes  int
+	commit      CommitFunc
+	maxEvents   int
+	maxBytes    int
+	maxInFlight int
 
-	mu     sync.Mutex
-	queue  []*Append
-	busy   bool // a caller is committing (or about to); false only with an empty queue
-	closed bool
-	idle   sync.Cond // signalled when busy turns false
+	mu       sync.Mutex
+	queue    []*Append
+	inFlight int // callers committing (or about to); below maxInFlight only with an empty queue
+	closed   bool
+	idle     sync.Cond // signalled when inFlight drops to 0
 }
 
 // Append is one AppendEvents call inside a group commit.
@@ -51,7 +54,8 @@ type Append struct {
 	Err    error
 
 	state appendState
-	wake  chan bool // true: lead the next batch; false: done
+	wake  chan bool // true: lead batch; false: done
+	batch []*Append // handed to a call promoted to lead it
 }
 
 type appendState uint8
@@ -75,6 +79,9 @@ type GroupCommitOptions struct {
 	MaxEvents int
 	// MaxBytes bounds the event data of one transaction (default 16 MiB).
 	MaxBytes int
+	// MaxInFlight bounds the transactions running at once (default 1:
+	// one writer, as SQLite has).
+	MaxInFlight int
 }
 
 // NewGroupCommit returns a group commit writing through commit.
@@ -85,7 +92,10 @@ func NewGroupCommit(commit CommitFunc, opt GroupCommitOptions) *GroupCommit {
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = 16 << 20
 	}
-	g := &GroupCommit{commit: commit, maxEvents: opt.MaxEvents, maxBytes: opt.MaxBytes}
+	if opt.MaxInFlight <= 0 {
+		opt.MaxInFlight = 1
+	}
+	g := &GroupCommit{commit: commit, maxEvents: opt.MaxEvents, maxBytes: opt.MaxBytes, maxInFlight: opt.MaxInFlight}
 	g.idle.L = &g.mu
 	return g
 }
@@ -103,32 +113,34 @@ func (g *GroupCommit) Append(ctx context.Context, rolloutID, attemptID string, e
 		return nil, ErrStoreClosing
 	}
 	g.queue = append(g.queue, a)
-	if !g.busy {
-		// Nothing in flight: a is alone in the queue and commits now.
-		g.busy = true
+	if g.inFlight < g.maxInFlight {
+		// Room for another transaction: the queue was empty, a commits
+		// now, alone.
+		g.inFlight++
+		batch := g.take()
 		g.mu.Unlock()
-	} else {
-		a.wake = make(chan bool, 1)
-		g.mu.Unlock()
-		var lead bool
-		select {
-		case lead = <-a.wake:
-		case <-ctx.Done():
-			g.mu.Lock()
-			if a.state == queued {
-				g.remove(a)
-				g.mu.Unlock()
-				return nil, fmt.Errorf("append events: %w", ctx.Err())
-			}
-			g.mu.Unlock()
-			// Taken into a batch, or promoted to lead one: see it through.
-			lead = <-a.wake
-		}
-		if !lead {
-			return a.Stored, a.Err
-		}
+		g.lead(context.WithoutCancel(ctx), a, batch)
+		return a.Stored, a.Err
 	}
-	g.lead(context.WithoutCancel(ctx), a)
+	a.wake = make(chan bool, 1)
+	g.mu.Unlock()
+	var lead bool
+	select {
+	case lead = <-a.wake:
+	case <-ctx.Done():
+		g.mu.Lock()
+		if a.state == queued {
+			g.remove(a)
+			g.mu.Unlock()
+			return nil, fmt.Errorf("append events: %w", ctx.Err())
+		}
+		g.mu.Unlock()
+		// Taken into a batch (maybe to lead it): see it through.
+		lead = <-a.wake
+	}
+	if lead {
+		g.lead(context.WithoutCancel(ctx), a, a.batch)
+	}
 	return a.Stored, a.Err
 }
 
@@ -142,11 +154,10 @@ func (g *GroupCommit) remove(a *Append) {
 	}
 }
 
-// lead commits the batch at the head of the queue (which starts with
-// self), then hands the lead to the next queued call, if any, and wakes
-// the batch's other callers.
-func (g *GroupCommit) lead(ctx context.Context, self *Append) {
-	g.mu.Lock()
+// take pops the next batch off the queue, in arrival order, within the
+// bounds (at least one call); the caller holds g.mu and the queue is not
+// empty.
+func (g *GroupCommit) take() []*Append {
 	n, events, bytes := 0, 0, 0
 	for _, a := range g.queue {
 		size := 0
@@ -162,8 +173,12 @@ func (g *GroupCommit) lead(ctx context.Context, self *Append) {
 	batch := make([]*Append, n)
 	copy(batch, g.queue)
 	g.queue = append(g.queue[:0], g.queue[n:]...)
-	g.mu.Unlock()
+	return batch
+}
 
+// lead commits batch (which holds self), then hands the next queued batch,
+// if any, to its first call to lead, and wakes batch's other callers.
+func (g *GroupCommit) lead(ctx context.Context, self *Append, batch []*Append) {
 	panicked := true
 	defer func() {
 		if panicked {
@@ -174,10 +189,10 @@ func (g *GroupCommit) lead(ctx context.Context, self *Append) {
 		g.mu.Lock()
 		var next *Append
 		if len(g.queue) > 0 {
-			next = g.queue[0]
-			next.state = leading
-		} else {
-			g.busy = false
+			nb := g.take()
+			next = nb[0]
+			next.batch = nb
+		} else if g.inFlight--; g.inFlight == 0 {
 			g.idle.Broadcast()
 		}
 		g.mu.Unlock()
@@ -219,7 +234,7 @@ func (g *GroupCommit) run(ctx context.Context, batch []*Append) {
 func (g *GroupCommit) Close() {
 	g.mu.Lock()
 	g.closed = true
-	for g.busy {
+	for g.inFlight > 0 {
 		g.idle.Wait()
 	}
 	g.mu.Unlock()

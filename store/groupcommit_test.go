@@ -25,14 +25,22 @@ type memLog struct {
 	refuse func(a *store.Append) error
 	// gate, if set, is received from before each commit.
 	gate chan struct{}
-	// inCommit counts commits running at once (must stay ≤ 1).
+	// inCommit counts commits running at once; most is its maximum.
 	inCommit atomic.Int32
+	most     atomic.Int32
 	overlap  atomic.Bool
 }
 
 func (m *memLog) commit(ctx context.Context, batch []*store.Append) error {
-	if m.inCommit.Add(1) > 1 {
+	n := m.inCommit.Add(1)
+	if n > 1 {
 		m.overlap.Store(true)
+	}
+	for {
+		old := m.most.Load()
+		if n <= old || m.most.CompareAndSwap(old, n) {
+			break
+		}
 	}
 	defer m.inCommit.Add(-1)
 	if m.gate != nil {
@@ -124,6 +132,41 @@ func TestGroupCommitConcurrent(t *testing.T) {
 		t.Errorf("no batching: %d transactions for %d calls", len(m.batches), writers*calls)
 	}
 	t.Logf("%d calls in %d transactions (largest %d)", writers*calls, len(m.batches), maxBatch)
+}
+
+// TestGroupCommitInFlight: with MaxInFlight 3, up to three transactions
+// run at once, never more, and every writer's calls are stored in order.
+func TestGroupCommitInFlight(t *testing.T) {
+	m := &memLog{delay: 300 * time.Microsecond}
+	g := store.NewGroupCommit(m.commit, store.GroupCommitOptions{MaxInFlight: 3})
+	const writers, calls = 16, 40
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last int64
+			for c := range calls {
+				out, err := g.Append(context.Background(), "r", fmt.Sprint("a", w), evs(2, fmt.Sprint(w, "/", c)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if out[0].Seq <= last || out[1].Seq != out[0].Seq+1 {
+					t.Errorf("writer %d call %d: seqs %d,%d after %d", w, c, out[0].Seq, out[1].Seq, last)
+				}
+				last = out[1].Seq
+			}
+		}()
+	}
+	wg.Wait()
+	g.Close()
+	if most := m.most.Load(); most > 3 || most < 2 {
+		t.Errorf("%d transactions at once, want 2..3", most)
+	}
+	if len(m.events) != 2*writers*calls {
+		t.Fatalf("%d events stored, want %d", len(m.events), 2*writers*calls)
+	}
 }
 
 // TestGroupCommitFailure: a failed transaction fails every call of its
