@@ -11,7 +11,9 @@
 //     Terminal(after) never misses a rollout that becomes terminal later
 //     with a smaller sequence number;
 //   - events are appended while holding the rollout's row lock, so within
-//     one rollout event sequence order is commit order too.
+//     one rollout event sequence order is commit order too; concurrent
+//     appends share transactions (store.GroupCommit, EventWriters at once),
+//     each returning once its transaction committed.
 package postgres
 
 import (
