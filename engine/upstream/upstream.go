@@ -496,8 +496,11 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 		return nil, fmt.Errorf("upstream %s: %w", m.name, err)
 	}
 	var resp wireResponse
-	if err := json.Unmarshal(out, &resp); err != nil {
-		return nil, fmt.Errorf("upstream %s: decode answer: %w", m.name, err)
+	if !decodeAnswer(out, &resp) {
+		resp = wireResponse{}
+		if err := json.Unmarshal(out, &resp); err != nil {
+			return nil, fmt.Errorf("upstream %s: decode answer: %w", m.name, err)
+		}
 	}
 	if len(resp.Choices) == 0 {
 		return nil, fmt.Errorf("upstream %s: answer has no choices", m.name)
