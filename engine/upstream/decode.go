@@ -287,8 +287,8 @@ func logprobs(s *fastjson.Scanner, c *wireChoice) bool {
 				lp.Content = nil
 				break
 			}
-			a, ok := s.Array()
-			if !ok {
+			a, isArray := s.Array()
+			if !isArray {
 				return false
 			}
 			lp.Content = lp.Content[:0]
