@@ -146,8 +146,11 @@ func toolChoiceDropsTools(raw json.RawMessage) (bool, *apiError) {
 
 func decodeChat(p *Proxy, c *call) *apiError {
 	var req ccRequest
-	if e := decodeJSON(c.body, &req); e != nil {
-		return e
+	if !decodeChatFast(c.body, &req) {
+		req = ccRequest{}
+		if e := decodeJSON(c.body, &req); e != nil {
+			return e
+		}
 	}
 	if e := req.unsupported(); e != nil {
 		return e
