@@ -6,8 +6,14 @@
 // answered by a Backend (a token engine with a chat template, or an
 // OpenAI-compatible vLLM/SGLang upstream), translated back into the caller's
 // API shape (streaming or not), and recorded as one "model_request" event
-// (api.ModelCall) with the exact prompt and response token ids, appended to
-// the store before the response (or stream) ends.
+// (api.ModelCall) with the exact prompt and response token ids. No byte of
+// a call's answer is written before its event is committed to the store
+// (the store may commit it in one transaction with concurrent calls'
+// events: store.GroupCommit), so an answered call's event is exactly as
+// durable as any other acknowledged write; a call whose event cannot be
+// stored is answered with an error instead. (A streaming call whose answer
+// took longer than StreamKeepAlive has sent headers and keep-alive comments
+// before that; its content still follows the commit.)
 //
 // Routes, relative to the gateway root, authenticated by the attempt's
 // scoped key (Authorization: Bearer KEY, or x-api-key: KEY):

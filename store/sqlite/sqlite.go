@@ -2,6 +2,19 @@
 // (modernc.org/sqlite, pure Go). All writes go through one connection, so
 // every write transaction is serialized and sequence numbers follow commit
 // order; reads use a small pool of their own.
+//
+// Durability: a write returns only after its transaction committed. With
+// synchronous=NORMAL (the default) a commit has written its WAL frames to
+// the file but not fsynced them: it survives a crash of the process
+// (SIGKILL, panic, OOM kill), not an OS crash or power loss, which may lose
+// the last transactions (never corrupt the file). synchronous=FULL fsyncs
+// the WAL at every commit and survives those too, at a cost in write rate.
+//
+// Concurrent AppendEvents calls (one per model call through the gateway)
+// share transactions (store.GroupCommit), each returning once the
+// transaction holding its events committed. The WAL is copied into the
+// database file by a background checkpointer, so no commit pays for a
+// checkpoint.
 package sqlite
 
 import (
