@@ -487,9 +487,12 @@ func (c *Client) Completion(ctx context.Context, req CompletionRequest) (*Result
 }
 
 func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wireRequest) (*Result, error) {
-	body, err := json.Marshal(w)
-	if err != nil {
-		return nil, fmt.Errorf("encode upstream request: %w", err)
+	body, ok := appendRequest(make([]byte, 0, 1024), w)
+	if !ok {
+		var err error
+		if body, err = json.Marshal(w); err != nil {
+			return nil, fmt.Errorf("encode upstream request: %w", err)
+		}
 	}
 	out, retries, err := c.post(ctx, m, sticky, path, body)
 	if err != nil {
