@@ -691,7 +691,14 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 	// The event must land even if the client went away: it records tokens
 	// the engine spent.
 	ctx = context.WithoutCancel(ctx)
-	if _, err := p.st.AppendEvents(ctx, c.target.RolloutID, c.target.AttemptID, []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data}}); err != nil {
+	evs := []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data}}
+	var err error
+	if r, ok := p.st.(store.EventRecorder); ok {
+		err = r.RecordEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)
+	} else {
+		_, err = p.st.AppendEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)
+	}
+	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return &apiError{Status: http.StatusConflict, Message: "record call: " + err.Error(), Code: "attempt_not_running"}
 		}

@@ -53,6 +53,8 @@ type Store struct {
 	ckStop  chan struct{}
 	ckDone  chan struct{}
 	closing sync.Once
+
+	journal *journal // nil with synchronous=FULL (see journal.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -119,6 +121,12 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		dirty: make(chan struct{}, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{})}
 	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{})
 	go s.checkpointLoop()
+	if sync == "NORMAL" {
+		if s.journal, err = openJournal(ctx, s, path+"-events"); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -223,7 +231,11 @@ CREATE TABLE IF NOT EXISTS models (
 // Close closes the database.
 func (s *Store) Close() error {
 	s.events.Close()
+	var jerr error
 	s.closing.Do(func() {
+		if s.journal != nil {
+			jerr = s.journal.close()
+		}
 		close(s.ckStop)
 		<-s.ckDone
 	})
@@ -233,7 +245,7 @@ func (s *Store) Close() error {
 	}
 	s.stmts = map[string]*sql.Stmt{}
 	s.mu.Unlock()
-	return errors.Join(s.ck.Close(), s.r.Close(), s.w.Close())
+	return errors.Join(jerr, s.ck.Close(), s.r.Close(), s.w.Close())
 }
 
 // wtx is a write transaction whose statements are prepared once per store
@@ -329,6 +341,16 @@ func (s *Store) tx(ctx context.Context, fn func(tx wtx) error) error {
 		s.cache(ctx, pending)
 	}
 	return err
+}
+
+// endingTx runs a transaction that may end attempts: no event is
+// journaled meanwhile, and what was journaled before is applied first
+// (see journal.go).
+func (s *Store) endingTx(ctx context.Context, fn func(tx wtx) error) error {
+	if s.journal == nil {
+		return s.tx(ctx, fn)
+	}
+	return s.journal.exclusive(ctx, func() error { return s.tx(ctx, fn) })
 }
 
 const rolloutCols = `seq, id, group_id, task, mode, metadata, timeout_s, max_attempts, unresponsive_s,
@@ -608,7 +630,7 @@ func runningAttempt(ctx context.Context, q querier, rolloutID string) (store.Att
 // CancelRollout implements store.Store.
 func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rollout, error) {
 	var out store.Rollout
-	err := s.tx(ctx, func(tx wtx) error {
+	err := s.endingTx(ctx, func(tx wtx) error {
 		r, err := getRollout(ctx, tx, id)
 		if err != nil {
 			return err
@@ -704,7 +726,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 		return store.Rollout{}, store.Errorf(store.ErrInvalid, "status %q: an attempt completes as succeeded or failed", st)
 	}
 	var out store.Rollout
-	err := s.tx(ctx, func(tx wtx) error {
+	err := s.endingTx(ctx, func(tx wtx) error {
 		a, err := getAttempt(ctx, tx, rolloutID, attemptID)
 		if err != nil {
 			return err
@@ -794,7 +816,31 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, i
 	if err != nil {
 		return nil, err
 	}
+	if s.journal != nil {
+		// Events journaled before this call come first.
+		if err := s.journal.flush(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return s.events.Append(ctx, rolloutID, attemptID, evs)
+}
+
+// RecordEvents implements store.EventRecorder: the events are durable
+// once written to the event journal (see journal.go), and copied into
+// SQLite in the background; without a journal (synchronous=FULL) it is
+// AppendEvents.
+func (s *Store) RecordEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) error {
+	if s.journal != nil && len(in) > 0 {
+		evs, err := store.ValidateEvents(in, now())
+		if err != nil {
+			return err
+		}
+		if err := s.journal.record(ctx, rolloutID, attemptID, evs); !errors.Is(err, errJournalOff) {
+			return err
+		}
+	}
+	_, err := s.AppendEvents(ctx, rolloutID, attemptID, in)
+	return err
 }
 
 // commitEvents is the store.CommitFunc of s.events: one write transaction
@@ -859,6 +905,11 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
+	if s.journal != nil {
+		if err := s.journal.flush(ctx); err != nil {
+			return nil, err
+		}
+	}
 	q := `SELECT seq, rollout_id, attempt_id, type, time, data FROM events WHERE rollout_id = ? AND seq > ?`
 	args := []any{f.RolloutID, f.AfterSeq}
 	if f.AttemptID != "" {
@@ -991,7 +1042,7 @@ func (s *Store) ListModels(ctx context.Context, name string) ([]store.Model, err
 // Reap implements store.Store.
 func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
 	var res store.ReapResult
-	err := s.tx(ctx, func(tx wtx) error {
+	err := s.endingTx(ctx, func(tx wtx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE status = 'running'`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: reap: %w", err)

@@ -44,6 +44,8 @@ func Run(t *testing.T, open Opener) {
 		{"ConcurrentAppendsManyAttempts", testConcurrentAppendsManyAttempts},
 		{"AppendsRacingCompletion", testAppendsRacingCompletion},
 		{"BadAppendFailsAlone", testBadAppendFailsAlone},
+		{"RecordedEvents", testRecordedEvents},
+		{"RecordsRacingCompletion", testRecordsRacingCompletion},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -665,6 +667,22 @@ func testConcurrentAppendsManyAttempts(t *testing.T, s store.Store) {
 // either land before it (and are stored) or are refused with ErrConflict
 // (and are not); nothing is stored after the attempt ended.
 func testAppendsRacingCompletion(t *testing.T, s store.Store) {
+	racingCompletion(t, s, func(c context.Context, rid, aid string, evs []store.NewEvent) error {
+		_, err := s.AppendEvents(c, rid, aid, evs)
+		return err
+	})
+}
+
+// testRecordsRacingCompletion: the same with EventRecorder.RecordEvents.
+func testRecordsRacingCompletion(t *testing.T, s store.Store) {
+	r, ok := s.(store.EventRecorder)
+	if !ok {
+		t.Skip("the store records events only by appending them")
+	}
+	racingCompletion(t, s, r.RecordEvents)
+}
+
+func racingCompletion(t *testing.T, s store.Store, write func(c context.Context, rid, aid string, evs []store.NewEvent) error) {
 	c := ctx(t)
 	create(t, s, store.NewRollout{ID: "r"}, store.NewRollout{ID: "other"})
 	cl := claim(t, s)
@@ -673,7 +691,7 @@ func testAppendsRacingCompletion(t *testing.T, s store.Store) {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
-		acked    = map[int64]bool{}
+		acked    = map[string]bool{}
 		refused  int
 		otherAck int
 	)
@@ -684,7 +702,8 @@ func testAppendsRacingCompletion(t *testing.T, s store.Store) {
 		go func() {
 			defer wg.Done()
 			for k := 0; ; k++ {
-				out, err := s.AppendEvents(c, "r", cl.Attempt.ID, []store.NewEvent{{Type: "log", Data: json.RawMessage(fmt.Sprintf(`{"w":%d,"k":%d}`, w, k))}})
+				data := fmt.Sprintf(`{"w":%d,"k":%d}`, w, k)
+				err := write(c, "r", cl.Attempt.ID, []store.NewEvent{{Type: "log", Data: json.RawMessage(data)}})
 				if errors.Is(err, store.ErrConflict) {
 					mu.Lock()
 					refused++
@@ -696,7 +715,7 @@ func testAppendsRacingCompletion(t *testing.T, s store.Store) {
 					return
 				}
 				mu.Lock()
-				acked[out[0].Seq] = true
+				acked[data] = true
 				mu.Unlock()
 			}
 		}()
@@ -712,7 +731,7 @@ func testAppendsRacingCompletion(t *testing.T, s store.Store) {
 				return
 			default:
 			}
-			if _, err := s.AppendEvents(c, "other", other.Attempt.ID, []store.NewEvent{{Type: "log"}}); err != nil {
+			if err := write(c, "other", other.Attempt.ID, []store.NewEvent{{Type: "log"}}); err != nil {
 				errs <- fmt.Errorf("other attempt: %w", err)
 				return
 			}
@@ -738,8 +757,8 @@ func testAppendsRacingCompletion(t *testing.T, s store.Store) {
 		t.Fatalf("%d events stored, %d acked", len(got), len(acked))
 	}
 	for _, e := range got {
-		if !acked[e.Seq] {
-			t.Fatalf("stored event %d was never acked", e.Seq)
+		if !acked[string(e.Data)] {
+			t.Fatalf("stored event %s was never acked", e.Data)
 		}
 	}
 	if n := len(must(s.ListEvents(c, store.EventFilter{RolloutID: "other"}))); n != otherAck {
@@ -783,4 +802,74 @@ func testBadAppendFailsAlone(t *testing.T, s store.Store) {
 		t.Fatalf("%d events stored, %d acked", n, ok)
 	}
 	t.Logf("%d of %d appends stored", ok, calls)
+}
+
+// testRecordedEvents: events recorded through EventRecorder are read back
+// at once, in call order with appended ones, by concurrent writers too.
+func testRecordedEvents(t *testing.T, s store.Store) {
+	r, ok := s.(store.EventRecorder)
+	if !ok {
+		t.Skip("the store records events only by appending them")
+	}
+	c := ctx(t)
+	const writers, calls = 8, 30
+	claims := make([]store.Claim, writers)
+	for w := range claims {
+		create(t, s, store.NewRollout{ID: fmt.Sprint("r", w)})
+		claims[w] = claim(t, s)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := claims[w]
+			for k := range calls {
+				evs := []store.NewEvent{{Type: store.EventModelRequest, Data: json.RawMessage(fmt.Sprint(k))}}
+				var err error
+				if k%5 == 4 {
+					_, err = s.AppendEvents(c, cl.Rollout.ID, cl.Attempt.ID, evs)
+				} else {
+					err = r.RecordEvents(c, cl.Rollout.ID, cl.Attempt.ID, evs)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				// Read-your-writes: the call just made is visible.
+				got, err := s.ListEvents(c, store.EventFilter{RolloutID: cl.Rollout.ID})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(got) != k+1 || string(got[k].Data) != fmt.Sprint(k) {
+					errs <- fmt.Errorf("writer %d after call %d: %d events listed, want %d", w, k, len(got), k+1)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for w, cl := range claims {
+		got := must(s.ListEvents(c, store.EventFilter{RolloutID: cl.Rollout.ID}))
+		for k, e := range got {
+			if string(e.Data) != fmt.Sprint(k) || (k > 0 && e.Seq <= got[k-1].Seq) {
+				t.Fatalf("writer %d event %d: %+v", w, k, e)
+			}
+		}
+	}
+	// Completing reads the recorded reward.
+	cl := claims[0]
+	if err := r.RecordEvents(c, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventReward, Data: json.RawMessage(`{"value":0.5}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	ro := must(s.CompleteAttempt(c, cl.Rollout.ID, cl.Attempt.ID, store.AttemptSucceeded, ""))
+	if ro.Reward == nil || *ro.Reward != 0.5 {
+		t.Fatalf("reward after completion: %v", ro.Reward)
+	}
 }
