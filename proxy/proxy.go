@@ -7,9 +7,10 @@
 // OpenAI-compatible vLLM/SGLang upstream), translated back into the caller's
 // API shape (streaming or not), and recorded as one "model_request" event
 // (api.ModelCall) with the exact prompt and response token ids. No byte of
-// a call's answer is written before its event is committed to the store
-// (the store may commit it in one transaction with concurrent calls'
-// events: store.GroupCommit), so an answered call's event is exactly as
+// a call's answer is written before the store has made its event durable
+// (store.EventRecorder where the store has one — SQLite's event journal —
+// else AppendEvents, whose commit the store may share with concurrent
+// calls: store.GroupCommit), so an answered call's event is exactly as
 // durable as any other acknowledged write; a call whose event cannot be
 // stored is answered with an error instead. (A streaming call whose answer
 // took longer than StreamKeepAlive has sent headers and keep-alive comments

@@ -10,11 +10,14 @@
 // the last transactions (never corrupt the file). synchronous=FULL fsyncs
 // the WAL at every commit and survives those too, at a cost in write rate.
 //
-// Concurrent AppendEvents calls (one per model call through the gateway)
-// share transactions (store.GroupCommit), each returning once the
-// transaction holding its events committed. The WAL is copied into the
-// database file by a background checkpointer, so no commit pays for a
-// checkpoint.
+// Concurrent AppendEvents calls share transactions (store.GroupCommit),
+// each returning once the transaction holding its events committed. With
+// synchronous=NORMAL, RecordEvents (store.EventRecorder: the gateway's one
+// event per model call) returns once its events are written to the event
+// journal, which is as crash-safe as a NORMAL commit and much cheaper, and
+// they are applied to SQLite in the background (journal.go). The WAL is
+// copied into the database file by a background checkpointer, so no commit
+// pays for a checkpoint.
 package sqlite
 
 import (
