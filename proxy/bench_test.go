@@ -219,7 +219,7 @@ func benchOverhead(b *testing.B, clients int, gateway string) {
 }
 
 // BenchmarkStoreAppend times one model_request-sized event append to the
-// SQLite store: the floor of the gateway's added latency per call.
+// SQLite store (AppendEvents: one transaction when alone).
 func BenchmarkStoreAppend(b *testing.B) {
 	e := newEnv(b, proxy.Config{}, nil)
 	cl := e.claim(b, store.ModeTrain)
@@ -227,6 +227,21 @@ func BenchmarkStoreAppend(b *testing.B) {
 	ctx := testCtx(b)
 	for b.Loop() {
 		if _, err := e.st.AppendEvents(ctx, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: data}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStoreRecord times recording the same event through the SQLite
+// store's event journal (store.EventRecorder, what the gateway uses): the
+// part of the gateway's added latency that persisting costs.
+func BenchmarkStoreRecord(b *testing.B) {
+	e := newEnv(b, proxy.Config{}, nil)
+	cl := e.claim(b, store.ModeTrain)
+	data := []byte(`{"call_id":"x","request":` + string(benchBody) + `,"response":` + vllmAnswer + `}`)
+	ctx := testCtx(b)
+	for b.Loop() {
+		if err := e.st.RecordEvents(ctx, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: data}}); err != nil {
 			b.Fatal(err)
 		}
 	}
