@@ -185,3 +185,31 @@ func TestJournalRecordRefused(t *testing.T) {
 		t.Fatalf("invalid data: %v", err)
 	}
 }
+
+// TestRecordWithoutJournal: with synchronous=FULL there is no journal (a
+// write(2) is not as safe as an fsynced commit): recording appends.
+func TestRecordWithoutJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agl.db")
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{Synchronous: "FULL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: "r"}}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordEvents(ctx, "r", cl.Attempt.ID, []store.NewEvent{{Type: "log"}}); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := s.ListEvents(ctx, store.EventFilter{RolloutID: "r"}); err != nil || len(evs) != 1 {
+		t.Fatalf("%v %v", evs, err)
+	}
+	if _, err := os.Stat(path + "-events"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("journal file with synchronous=FULL: %v", err)
+	}
+}
