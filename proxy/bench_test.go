@@ -102,18 +102,26 @@ func pct(d []time.Duration, p float64) time.Duration {
 // zero-think-time upstream directly, with every call's model_request event
 // persisted to SQLite: added latency p50/p99 and calls per second, at 1 and
 // 32 concurrent clients. Each b.N round runs b.N direct calls then b.N
-// gateway calls.
+// gateway calls, alternating in four rounds, so that load from other
+// processes on the machine hits both alike; compare ratios, not absolute
+// figures.
 //
 // The store=none variants drop the events (same gateway, no persistence):
-// the difference to store=sqlite is what persisting costs.
+// the difference to store=sqlite is what persisting costs. The
+// gateway=passthrough variants replace agl with the least an HTTP gateway
+// on net/http does (read the body, POST it upstream on a pooled client,
+// copy the answer back): the floor of any such gateway on this machine,
+// with client, gateway and upstream sharing its cores.
+//
+//	go test -run '^$' -bench Overhead -benchtime 4000x ./proxy
 func BenchmarkOverhead(b *testing.B) {
-	for _, persist := range []bool{true, false} {
+	for _, gw := range []string{"sqlite", "none", "passthrough"} {
 		for _, clients := range []int{1, 32} {
-			name := "store=sqlite/clients=" + strconv.Itoa(clients)
-			if !persist {
-				name = "store=none/clients=" + strconv.Itoa(clients)
+			name := "gateway=agl/store=" + gw + "/clients=" + strconv.Itoa(clients)
+			if gw == "passthrough" {
+				name = "gateway=passthrough/clients=" + strconv.Itoa(clients)
 			}
-			b.Run(name, func(b *testing.B) { benchOverhead(b, clients, persist) })
+			b.Run(name, func(b *testing.B) { benchOverhead(b, clients, gw) })
 		}
 	}
 }
@@ -125,67 +133,93 @@ func (d dropEvents) AppendEvents(ctx context.Context, rid, aid string, evs []sto
 	return make([]store.Event, len(evs)), nil
 }
 
-func benchOverhead(b *testing.B, clients int, persist bool) {
-	{
-		{
-			up := zeroUpstream(b)
-			e := newEnv(b, proxy.Config{}, upstreamBackend(b, up.URL))
-			if !persist {
-				e.srv.Config.Handler = proxy.New(proxy.Config{}, dropEvents{e.st}, upstreamBackend(b, up.URL))
-			}
-			// Each client is its own harness: its own rollout attempt.
-			var gw, direct []target
-			var claims []store.Claim
-			for range clients {
-				cl := e.claim(b, store.ModeTrain)
-				claims = append(claims, cl)
-				gw = append(gw, target{base(e.srv, cl) + "/v1/chat/completions", cl.Key})
-				direct = append(direct, target{up.URL + "/v1/chat/completions", cl.Key})
-			}
-			hc := benchClient()
-			n := max(b.N, 2*clients)
-			// Warm connections and caches.
-			load(b, hc, direct, 2*clients)
-			load(b, hc, gw, 2*clients)
-			b.ResetTimer()
-			// Alternate direct and gateway rounds, so that load from other
-			// processes on the machine hits both alike.
-			var dl, gl []time.Duration
-			var dwall, gwall time.Duration
-			const rounds = 4
-			for r := range rounds {
-				m := n/rounds + min(1, max(0, n%rounds-r))
-				l, w := load(b, hc, direct, m)
-				dl, dwall = append(dl, l...), dwall+w
-				l, w = load(b, hc, gw, m)
-				gl, gwall = append(gl, l...), gwall+w
-			}
-			b.StopTimer()
-			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-			dps, gps := float64(n)/dwall.Seconds(), float64(n)/gwall.Seconds()
-			b.ReportMetric(us(pct(dl, 0.5)), "direct-p50-µs")
-			b.ReportMetric(us(pct(gl, 0.5)), "gw-p50-µs")
-			b.ReportMetric(us(pct(gl, 0.5)-pct(dl, 0.5)), "added-p50-µs")
-			b.ReportMetric(us(pct(gl, 0.99)-pct(dl, 0.99)), "added-p99-µs")
-			b.ReportMetric(dps, "direct-calls/s")
-			b.ReportMetric(gps, "gw-calls/s")
-			b.ReportMetric(gps/dps, "gw/direct")
-			if !persist {
-				return
-			}
-			got := 0
-			for _, cl := range claims {
-				got += len(e.calls(b, cl))
-			}
-			if got != n+2*clients {
-				b.Fatalf("%d events persisted for %d gateway calls", got, n+2*clients)
-			}
+// passthrough is a minimal HTTP gateway: it forwards the body to upstream
+// and copies the answer back.
+func passthrough(upstreamURL string) http.Handler {
+	hc := benchClient()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
 		}
+		req, _ := http.NewRequestWithContext(r.Context(), "POST", upstreamURL, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		out, err := io.ReadAll(resp.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(out)))
+		w.Write(out)
+	})
+}
+
+func benchOverhead(b *testing.B, clients int, gateway string) {
+	up := zeroUpstream(b)
+	e := newEnv(b, proxy.Config{}, upstreamBackend(b, up.URL))
+	switch gateway {
+	case "none":
+		e.srv.Config.Handler = proxy.New(proxy.Config{}, dropEvents{e.st}, upstreamBackend(b, up.URL))
+	case "passthrough":
+		e.srv.Config.Handler = passthrough(up.URL + "/v1/chat/completions")
+	}
+	// Each client is its own harness: its own rollout attempt.
+	var gw, direct []target
+	var claims []store.Claim
+	for range clients {
+		cl := e.claim(b, store.ModeTrain)
+		claims = append(claims, cl)
+		gw = append(gw, target{base(e.srv, cl) + "/v1/chat/completions", cl.Key})
+		direct = append(direct, target{up.URL + "/v1/chat/completions", cl.Key})
+	}
+	hc := benchClient()
+	n := max(b.N, 2*clients)
+	// Warm connections and caches.
+	load(b, hc, direct, 2*clients)
+	load(b, hc, gw, 2*clients)
+	b.ResetTimer()
+	var dl, gl []time.Duration
+	var dwall, gwall time.Duration
+	const rounds = 4
+	for r := range rounds {
+		m := n/rounds + min(1, max(0, n%rounds-r))
+		l, w := load(b, hc, direct, m)
+		dl, dwall = append(dl, l...), dwall+w
+		l, w = load(b, hc, gw, m)
+		gl, gwall = append(gl, l...), gwall+w
+	}
+	b.StopTimer()
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	dps, gps := float64(n)/dwall.Seconds(), float64(n)/gwall.Seconds()
+	b.ReportMetric(us(pct(dl, 0.5)), "direct-p50-µs")
+	b.ReportMetric(us(pct(gl, 0.5)), "gw-p50-µs")
+	b.ReportMetric(us(pct(gl, 0.5)-pct(dl, 0.5)), "added-p50-µs")
+	b.ReportMetric(us(pct(gl, 0.99)-pct(dl, 0.99)), "added-p99-µs")
+	b.ReportMetric(dps, "direct-calls/s")
+	b.ReportMetric(gps, "gw-calls/s")
+	b.ReportMetric(gps/dps, "gw/direct")
+	if gateway != "sqlite" {
+		return
+	}
+	got := 0
+	for _, cl := range claims {
+		got += len(e.calls(b, cl))
+	}
+	if got != n+2*clients {
+		b.Fatalf("%d events persisted for %d gateway calls", got, n+2*clients)
 	}
 }
 
 // BenchmarkStoreAppend times one model_request-sized event append to the
-// SQLite store: the floor of the gateway's added latency per call.
+// SQLite store (AppendEvents: one transaction when alone).
 func BenchmarkStoreAppend(b *testing.B) {
 	e := newEnv(b, proxy.Config{}, nil)
 	cl := e.claim(b, store.ModeTrain)
@@ -193,6 +227,21 @@ func BenchmarkStoreAppend(b *testing.B) {
 	ctx := testCtx(b)
 	for b.Loop() {
 		if _, err := e.st.AppendEvents(ctx, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: data}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStoreRecord times recording the same event through the SQLite
+// store's event journal (store.EventRecorder, what the gateway uses): the
+// part of the gateway's added latency that persisting costs.
+func BenchmarkStoreRecord(b *testing.B) {
+	e := newEnv(b, proxy.Config{}, nil)
+	cl := e.claim(b, store.ModeTrain)
+	data := []byte(`{"call_id":"x","request":` + string(benchBody) + `,"response":` + vllmAnswer + `}`)
+	ctx := testCtx(b)
+	for b.Loop() {
+		if err := e.st.RecordEvents(ctx, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: data}}); err != nil {
 			b.Fatal(err)
 		}
 	}

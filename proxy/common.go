@@ -103,6 +103,9 @@ func textOf(raw json.RawMessage, param string) (string, *apiError) {
 		return "", nil
 	}
 	if raw[0] == '"' {
+		if s, ok := stringFast(raw); ok {
+			return s, nil
+		}
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", badRequest(param, "invalid content string: %v", err)

@@ -146,8 +146,11 @@ func toolChoiceDropsTools(raw json.RawMessage) (bool, *apiError) {
 
 func decodeChat(p *Proxy, c *call) *apiError {
 	var req ccRequest
-	if e := decodeJSON(c.body, &req); e != nil {
-		return e
+	if !decodeChatFast(c.body, &req) {
+		req = ccRequest{}
+		if e := decodeJSON(c.body, &req); e != nil {
+			return e
+		}
 	}
 	if e := req.unsupported(); e != nil {
 		return e
@@ -307,7 +310,7 @@ func encodeChat(p *Proxy, c *call) ([]byte, error) {
 	fin := chatFinish(r)
 	resp := ccResponse{ID: c.id, Object: "chat.completion", Created: c.created, Model: r.Model,
 		Choices: []ccChoice{{Message: msg, FinishReason: &fin}}, Usage: c.usage()}
-	return json.Marshal(resp)
+	return appendCCResponse(make([]byte, 0, 512), &resp), nil
 }
 
 func streamChat(p *Proxy, c *call, buf []byte) []byte {
@@ -315,7 +318,7 @@ func streamChat(p *Proxy, c *call, buf []byte) []byte {
 	chunk := ccResponse{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: r.Model}
 	emit := func(d *ccOutMessage, fin *string) {
 		chunk.Choices = []ccChoice{{Delta: d, FinishReason: fin}}
-		buf = appendSSEData(buf, mustJSON(&chunk))
+		buf = appendSSEChunk(buf, &chunk)
 	}
 	empty := ""
 	emit(&ccOutMessage{Role: chat.RoleAssistant, Content: &empty}, nil)
@@ -342,7 +345,7 @@ func streamChat(p *Proxy, c *call, buf []byte) []byte {
 	if c.includeUsage {
 		chunk.Choices = []ccChoice{}
 		chunk.Usage = c.usage()
-		buf = appendSSEData(buf, mustJSON(&chunk))
+		buf = appendSSEChunk(buf, &chunk)
 	}
 	return appendSSEData(buf, []byte("[DONE]"))
 }
@@ -461,7 +464,7 @@ func encodeCompletion(p *Proxy, c *call) ([]byte, error) {
 	text := r.Text
 	resp := ccResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: r.Model,
 		Choices: []ccChoice{{Text: &text, FinishReason: &fin}}, Usage: c.usage()}
-	return json.Marshal(resp)
+	return appendCCResponse(make([]byte, 0, 512), &resp), nil
 }
 
 func streamCompletion(p *Proxy, c *call, buf []byte) []byte {
@@ -469,14 +472,14 @@ func streamCompletion(p *Proxy, c *call, buf []byte) []byte {
 	chunk := ccResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: r.Model}
 	text := r.Text
 	chunk.Choices = []ccChoice{{Text: &text}}
-	buf = appendSSEData(buf, mustJSON(&chunk))
+	buf = appendSSEChunk(buf, &chunk)
 	fin, empty := cmplFinish(r), ""
 	chunk.Choices = []ccChoice{{Text: &empty, FinishReason: &fin}}
-	buf = appendSSEData(buf, mustJSON(&chunk))
+	buf = appendSSEChunk(buf, &chunk)
 	if c.includeUsage {
 		chunk.Choices = []ccChoice{}
 		chunk.Usage = c.usage()
-		buf = appendSSEData(buf, mustJSON(&chunk))
+		buf = appendSSEChunk(buf, &chunk)
 	}
 	return appendSSEData(buf, []byte("[DONE]"))
 }

@@ -6,8 +6,15 @@
 // answered by a Backend (a token engine with a chat template, or an
 // OpenAI-compatible vLLM/SGLang upstream), translated back into the caller's
 // API shape (streaming or not), and recorded as one "model_request" event
-// (api.ModelCall) with the exact prompt and response token ids, appended to
-// the store before the response (or stream) ends.
+// (api.ModelCall) with the exact prompt and response token ids. No byte of
+// a call's answer is written before the store has made its event durable
+// (store.EventRecorder where the store has one — SQLite's event journal —
+// else AppendEvents, whose commit the store may share with concurrent
+// calls: store.GroupCommit), so an answered call's event is exactly as
+// durable as any other acknowledged write; a call whose event cannot be
+// stored is answered with an error instead. (A streaming call whose answer
+// took longer than StreamKeepAlive has sent headers and keep-alive comments
+// before that; its content still follows the commit.)
 //
 // Routes, relative to the gateway root, authenticated by the attempt's
 // scoped key (Authorization: Bearer KEY, or x-api-key: KEY):
@@ -685,7 +692,14 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 	// The event must land even if the client went away: it records tokens
 	// the engine spent.
 	ctx = context.WithoutCancel(ctx)
-	if _, err := p.st.AppendEvents(ctx, c.target.RolloutID, c.target.AttemptID, []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data}}); err != nil {
+	evs := []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data}}
+	var err error
+	if r, ok := p.st.(store.EventRecorder); ok {
+		err = r.RecordEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)
+	} else {
+		_, err = p.st.AppendEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)
+	}
+	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return &apiError{Status: http.StatusConflict, Message: "record call: " + err.Error(), Code: "attempt_not_running"}
 		}

@@ -367,6 +367,17 @@ type Store interface {
 	Close() error
 }
 
+// EventRecorder is implemented by stores that can make events durable
+// faster than AppendEvents commits them (the SQLite store's event journal).
+// Once RecordEvents returns nil the events survive a crash of the process
+// as an appended event does, come after every event the caller appended or
+// recorded before, and are seen by every later read through the store
+// (reads wait for them); they only have no sequence numbers yet. Errors
+// are those of AppendEvents.
+type EventRecorder interface {
+	RecordEvents(ctx context.Context, rolloutID, attemptID string, evs []NewEvent) error
+}
+
 // Sentinel errors; wrap them with context. The HTTP layer maps them to
 // status codes (404, 409, 403, 400).
 var (

@@ -487,17 +487,23 @@ func (c *Client) Completion(ctx context.Context, req CompletionRequest) (*Result
 }
 
 func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wireRequest) (*Result, error) {
-	body, err := json.Marshal(w)
-	if err != nil {
-		return nil, fmt.Errorf("encode upstream request: %w", err)
+	body, ok := appendRequest(make([]byte, 0, 1024), w)
+	if !ok {
+		var err error
+		if body, err = json.Marshal(w); err != nil {
+			return nil, fmt.Errorf("encode upstream request: %w", err)
+		}
 	}
 	out, retries, err := c.post(ctx, m, sticky, path, body)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: %w", m.name, err)
 	}
 	var resp wireResponse
-	if err := json.Unmarshal(out, &resp); err != nil {
-		return nil, fmt.Errorf("upstream %s: decode answer: %w", m.name, err)
+	if !decodeAnswer(out, &resp) {
+		resp = wireResponse{}
+		if err := json.Unmarshal(out, &resp); err != nil {
+			return nil, fmt.Errorf("upstream %s: decode answer: %w", m.name, err)
+		}
 	}
 	if len(resp.Choices) == 0 {
 		return nil, fmt.Errorf("upstream %s: answer has no choices", m.name)

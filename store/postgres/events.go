@@ -16,7 +16,9 @@ import (
 // MaxEventBatch bounds how many events one AppendEvents call may carry.
 const MaxEventBatch = 10000
 
-// AppendEvents appends events to a running attempt, atomically and in order.
+// AppendEvents appends events to a running attempt, atomically and in
+// order. Concurrent calls share transactions (store.GroupCommit): each
+// returns once the transaction holding its events committed.
 func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -28,68 +30,145 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Event, len(evs))
-	types := make([]string, len(evs))
-	times := make([]time.Time, len(evs))
-	datas := make([][]byte, len(evs))
-	for i, e := range evs {
-		et := norm(e.Time)
-		types[i], times[i], datas[i] = e.Type, et, []byte(e.Data)
-		out[i] = store.Event{RolloutID: rolloutID, AttemptID: attemptID, Type: e.Type, Time: et, Data: e.Data}
+	if len(evs) == 0 {
+		// Nothing to write, but the attempt must still exist and run.
+		err := s.retry(func() error {
+			_, err := scanLock(s.pool.QueryRow(ctx, lockSQL, rolloutID, attemptID), rolloutID, attemptID)
+			return err
+		})
+		if err != nil {
+			return nil, dbErr("append events", err)
+		}
+		return []store.Event{}, nil
 	}
-	// One round trip, one implicit transaction: lock the rollout's row
-	// (which orders appends of one rollout by commit, and excludes the
-	// attempt ending meanwhile) and check the attempt is running, then
-	// insert, guarded by the same check. Sequence numbers are drawn first
-	// and handed out in ascending order to the events in input order,
-	// whatever order the rows are produced in.
-	b := &pgx.Batch{}
-	b.Queue(lockSQL, rolloutID, attemptID)
-	if len(evs) > 0 {
+	return s.events.Append(ctx, rolloutID, attemptID, evs)
+}
+
+// commitEvents is the store.CommitFunc of s.events: one round trip, one
+// implicit transaction for a batch of appends. It locks the batch's
+// rollouts' rows in id order (which orders appends of one rollout by
+// commit, excludes an attempt ending meanwhile, and cannot deadlock with
+// another batch), reads the attempts' statuses, then inserts the events of
+// the running attempts, guarded by the same check. Sequence numbers are
+// drawn first and handed out in ascending order to the events in batch
+// order, whatever order the rows are produced in.
+func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
+	var rids, aids, pairR, pairA, types []string
+	var times []time.Time
+	var datas [][]byte
+	seen := map[[2]string]bool{}
+	for _, a := range batch {
+		if !seen[[2]string{a.RolloutID, ""}] {
+			seen[[2]string{a.RolloutID, ""}] = true
+			rids = append(rids, a.RolloutID)
+		}
+		if k := [2]string{a.RolloutID, a.AttemptID}; !seen[k] {
+			seen[k] = true
+			pairR, pairA = append(pairR, a.RolloutID), append(pairA, a.AttemptID)
+		}
+		for _, e := range a.Events {
+			aids = append(aids, a.AttemptID)
+			types, times, datas = append(types, e.Type), append(times, norm(e.Time)), append(datas, []byte(e.Data))
+		}
+	}
+	evRids := make([]string, 0, len(aids))
+	for _, a := range batch {
+		for range a.Events {
+			evRids = append(evRids, a.RolloutID)
+		}
+	}
+	return dbErr("append events", s.retry(func() error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT id FROM rollouts WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, rids)
+		b.Queue(`SELECT u.rid, u.aid, r.id IS NOT NULL, a.status
+			FROM unnest($1::text[], $2::text[]) AS u(rid, aid)
+			LEFT JOIN rollouts r ON r.id = u.rid
+			LEFT JOIN attempts a ON a.rollout_id = u.rid AND a.id = u.aid`, pairR, pairA)
 		b.Queue(`WITH s AS (
 				SELECT nextval(pg_get_serial_sequence('events', 'seq')) AS seq
-				FROM generate_series(1, $3::int)
+				FROM generate_series(1, $1::int)
 			), n AS (
 				SELECT seq, row_number() OVER (ORDER BY seq) AS ord FROM s
 			)
 			INSERT INTO events (seq, rollout_id, attempt_id, type, time, data)
-			SELECT n.seq, $1, $2, u.type, u.time, u.data
-			FROM unnest($4::text[], $5::timestamptz[], $6::bytea[]) WITH ORDINALITY AS u(type, time, data, ord)
+			SELECT n.seq, u.rid, u.aid, u.type, u.time, u.data
+			FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bytea[]) WITH ORDINALITY AS u(rid, aid, type, time, data, ord)
 			JOIN n ON n.ord = u.ord
-			WHERE EXISTS (SELECT 1 FROM attempts WHERE rollout_id = $1 AND id = $2 AND status = 'running')
-			RETURNING seq`, rolloutID, attemptID, len(evs), types, times, datas)
-	}
-	if err := s.check(); err != nil {
-		return nil, err
-	}
-	br := s.pool.SendBatch(ctx, b)
-	_, lockErr := scanLock(br.QueryRow(), rolloutID, attemptID)
-	var seqs []int64
-	if len(evs) > 0 {
+			WHERE EXISTS (SELECT 1 FROM attempts a WHERE a.rollout_id = u.rid AND a.id = u.aid AND a.status = 'running')
+			RETURNING seq`, len(types), evRids, aids, types, times, datas)
+		br := s.pool.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		type status struct {
+			rollout bool
+			attempt *string
+		}
+		statuses := map[[2]string]status{}
 		rows, err := br.Query()
+		if err == nil {
+			for rows.Next() {
+				var rid, aid string
+				var st status
+				if err = rows.Scan(&rid, &aid, &st.rollout, &st.attempt); err != nil {
+					break
+				}
+				statuses[[2]string{rid, aid}] = st
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
+			br.Close()
+			return err
+		}
+		rows, err = br.Query()
+		var seqs []int64
 		if err == nil {
 			seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		}
 		if err != nil {
 			br.Close()
-			return nil, dbErr("append events", err)
+			return err
 		}
-	}
-	// Close waits for the commit.
-	if err := br.Close(); err != nil {
-		return nil, dbErr("append events", err)
-	}
-	if lockErr != nil {
-		return nil, dbErr("append events", lockErr)
-	}
-	if len(seqs) != len(evs) {
-		return nil, fmt.Errorf("postgres: append events: inserted %d events, expected %d", len(seqs), len(evs))
-	}
-	slices.Sort(seqs)
-	for i := range out {
-		out[i].Seq = seqs[i]
-	}
-	return out, nil
+		// Close waits for the commit.
+		if err := br.Close(); err != nil {
+			return err
+		}
+		slices.Sort(seqs)
+		next := 0
+		for _, a := range batch {
+			a.Stored, a.Err = nil, nil
+			st := statuses[[2]string{a.RolloutID, a.AttemptID}]
+			switch {
+			case !st.rollout:
+				a.Err = store.Errorf(store.ErrNotFound, "rollout %s", a.RolloutID)
+				continue
+			case st.attempt == nil:
+				a.Err = store.Errorf(store.ErrNotFound, "attempt %s of rollout %s", a.AttemptID, a.RolloutID)
+				continue
+			case *st.attempt != string(store.AttemptRunning):
+				a.Err = store.Errorf(store.ErrConflict, "attempt %s is %s, not running", a.AttemptID, *st.attempt)
+				continue
+			}
+			if next+len(a.Events) > len(seqs) {
+				return fmt.Errorf("inserted %d events, expected more", len(seqs))
+			}
+			out := make([]store.Event, len(a.Events))
+			for i, e := range a.Events {
+				out[i] = store.Event{Seq: seqs[next+i], RolloutID: a.RolloutID, AttemptID: a.AttemptID, Type: e.Type, Time: norm(e.Time), Data: e.Data}
+			}
+			next += len(a.Events)
+			a.Stored = out
+		}
+		if next != len(seqs) {
+			return fmt.Errorf("inserted %d events, expected %d", len(seqs), next)
+		}
+		return nil
+	}))
 }
 
 // ListEvents returns a rollout's events in sequence order. A Limit <= 0

@@ -2,6 +2,22 @@
 // (modernc.org/sqlite, pure Go). All writes go through one connection, so
 // every write transaction is serialized and sequence numbers follow commit
 // order; reads use a small pool of their own.
+//
+// Durability: a write returns only after its transaction committed. With
+// synchronous=NORMAL (the default) a commit has written its WAL frames to
+// the file but not fsynced them: it survives a crash of the process
+// (SIGKILL, panic, OOM kill), not an OS crash or power loss, which may lose
+// the last transactions (never corrupt the file). synchronous=FULL fsyncs
+// the WAL at every commit and survives those too, at a cost in write rate.
+//
+// Concurrent AppendEvents calls share transactions (store.GroupCommit),
+// each returning once the transaction holding its events committed. With
+// synchronous=NORMAL, RecordEvents (store.EventRecorder: the gateway's one
+// event per model call) returns once its events are written to the event
+// journal, which is as crash-safe as a NORMAL commit and much cheaper, and
+// they are applied to SQLite in the background (journal.go). The WAL is
+// copied into the database file by a background checkpointer, so no commit
+// pays for a checkpoint.
 package sqlite
 
 import (
@@ -30,6 +46,18 @@ type Store struct {
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared on w, reused by every write transaction
+
+	events *store.GroupCommit // batches concurrent AppendEvents into shared transactions
+
+	// The WAL is checkpointed in the background (ck, its own connection),
+	// off the commit path; see checkpointLoop.
+	ck      *sql.DB
+	dirty   chan struct{}
+	ckStop  chan struct{}
+	ckDone  chan struct{}
+	closing sync.Once
+
+	journal *journal // nil with synchronous=FULL (see journal.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -56,15 +84,17 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if sync != "NORMAL" && sync != "FULL" {
 		return nil, fmt.Errorf("sqlite store: synchronous must be NORMAL or FULL, not %q", opt.Synchronous)
 	}
-	dsn := func(txlock string) string {
+	dsn := func(txlock string, pragmas ...string) string {
 		q := url.Values{}
-		for _, p := range []string{"journal_mode(WAL)", "synchronous(" + sync + ")", "busy_timeout(10000)", "foreign_keys(1)"} {
+		for _, p := range append([]string{"journal_mode(WAL)", "synchronous(" + sync + ")", "busy_timeout(10000)", "foreign_keys(1)"}, pragmas...) {
 			q.Add("_pragma", p)
 		}
 		q.Set("_txlock", txlock)
 		return "file:" + path + "?" + q.Encode()
 	}
-	w, err := sql.Open("sqlite", dsn("immediate"))
+	// The writer checkpoints only when the background checkpointer falls
+	// far behind.
+	w, err := sql.Open("sqlite", dsn("immediate", fmt.Sprintf("wal_autocheckpoint(%d)", fallbackCheckpointPages)))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: open %s: %w", path, err)
 	}
@@ -86,7 +116,66 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
-	return &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}, nil
+	ck, err := sql.Open("sqlite", dsn("deferred"))
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, fmt.Errorf("sqlite store: open %s: %w", path, err)
+	}
+	ck.SetMaxOpenConns(1)
+	ck.SetMaxIdleConns(1)
+	s := &Store{w: w, r: r, ck: ck, stmts: map[string]*sql.Stmt{},
+		dirty: make(chan struct{}, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{})}
+	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{})
+	go s.checkpointLoop()
+	if sync == "NORMAL" {
+		if s.journal, err = openJournal(ctx, s, path+"-events"); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// fallbackCheckpointPages is the WAL size (in pages) at which a committing
+// writer checkpoints itself (SQLite's wal_autocheckpoint, default 1000);
+// the background checkpointer normally keeps the WAL far below it.
+const fallbackCheckpointPages = 20000
+
+// checkpointDelay is how long the checkpointer lets commits accumulate
+// after the first one since its last run.
+const checkpointDelay = 50 * time.Millisecond
+
+// checkpointLoop copies committed WAL frames into the database file in the
+// background (PRAGMA wal_checkpoint(PASSIVE): it blocks neither readers nor
+// the writer), so that no commit pays for a checkpoint and its fsyncs, as
+// it does with SQLite's automatic checkpoints. Durability is unchanged: a
+// commit is durable once in the WAL.
+func (s *Store) checkpointLoop() {
+	defer close(s.ckDone)
+	for {
+		select {
+		case <-s.ckStop:
+			return
+		case <-s.dirty:
+		}
+		select {
+		case <-s.ckStop:
+			return
+		case <-time.After(checkpointDelay):
+		}
+		// An error (SQLITE_BUSY) leaves the frames for the next run or the
+		// writer's fallback.
+		s.ck.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+	}
+}
+
+// committed tells the checkpointer that the WAL grew.
+func (s *Store) committed() {
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
 }
 
 const schema = `
@@ -217,13 +306,22 @@ func migrate(ctx context.Context, w *sql.DB) error {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.events.Close()
+	var jerr error
+	s.closing.Do(func() {
+		if s.journal != nil {
+			jerr = s.journal.close()
+		}
+		close(s.ckStop)
+		<-s.ckDone
+	})
 	s.mu.Lock()
 	for _, st := range s.stmts {
 		st.Close()
 	}
 	s.stmts = map[string]*sql.Stmt{}
 	s.mu.Unlock()
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(jerr, s.ck.Close(), s.r.Close(), s.w.Close())
 }
 
 // wtx is a write transaction whose statements are prepared once per store
@@ -312,11 +410,23 @@ func (s *Store) tx(ctx context.Context, fn func(tx wtx) error) error {
 		tx.Rollback()
 	} else if err = tx.Commit(); err != nil {
 		err = fmt.Errorf("sqlite store: commit: %w", err)
+	} else {
+		s.committed()
 	}
 	if len(pending) > 0 {
 		s.cache(ctx, pending)
 	}
 	return err
+}
+
+// endingTx runs a transaction that may end attempts: no event is
+// journaled meanwhile, and what was journaled before is applied first
+// (see journal.go).
+func (s *Store) endingTx(ctx context.Context, fn func(tx wtx) error) error {
+	if s.journal == nil {
+		return s.tx(ctx, fn)
+	}
+	return s.journal.exclusive(ctx, func() error { return s.tx(ctx, fn) })
 }
 
 const rolloutCols = `seq, id, group_id, task, mode, metadata, timeout_s, max_attempts, unresponsive_s,
@@ -610,7 +720,7 @@ func runningAttempt(ctx context.Context, q querier, rolloutID string) (store.Att
 // CancelRollout implements store.Store.
 func (s *Store) CancelRollout(ctx context.Context, id, reason string) (store.Rollout, error) {
 	var out store.Rollout
-	err := s.tx(ctx, func(tx wtx) error {
+	err := s.endingTx(ctx, func(tx wtx) error {
 		r, err := getRollout(ctx, tx, id)
 		if err != nil {
 			return err
@@ -708,7 +818,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 		return store.Rollout{}, store.Errorf(store.ErrInvalid, "status %q: an attempt completes as succeeded or failed", st)
 	}
 	var out store.Rollout
-	err := s.tx(ctx, func(tx wtx) error {
+	err := s.endingTx(ctx, func(tx wtx) error {
 		a, err := getAttempt(ctx, tx, rolloutID, attemptID)
 		if err != nil {
 			return err
@@ -790,50 +900,108 @@ func (s *Store) AttemptByKey(ctx context.Context, rolloutID, attemptID, key stri
 	return a, nil
 }
 
-// AppendEvents implements store.Store.
+// AppendEvents implements store.Store. Concurrent calls share write
+// transactions (store.GroupCommit): each returns once the transaction
+// holding its events committed.
 func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) ([]store.Event, error) {
 	evs, err := store.ValidateEvents(in, now())
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.Event, len(evs))
-	err = s.tx(ctx, func(tx wtx) error {
-		var st string
-		err := tx.QueryRowContext(ctx, `SELECT status FROM attempts WHERE id = ? AND rollout_id = ?`, attemptID, rolloutID).Scan(&st)
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.Errorf(store.ErrNotFound, "attempt %q of rollout %q", attemptID, rolloutID)
+	if s.journal != nil {
+		// Events journaled before this call come first.
+		if err := s.journal.flush(ctx); err != nil {
+			return nil, err
 		}
+	}
+	return s.events.Append(ctx, rolloutID, attemptID, evs)
+}
+
+// RecordEvents implements store.EventRecorder: the events are durable
+// once written to the event journal (see journal.go), and copied into
+// SQLite in the background; without a journal (synchronous=FULL) it is
+// AppendEvents.
+func (s *Store) RecordEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) error {
+	if s.journal != nil && len(in) > 0 {
+		evs, err := store.ValidateEvents(in, now())
 		if err != nil {
-			return fmt.Errorf("sqlite store: append events: %w", err)
+			return err
 		}
-		if st != string(store.AttemptRunning) {
-			return store.Errorf(store.ErrConflict, "attempt %s is %s, not running: events are closed", attemptID, st)
+		if err := s.journal.record(ctx, rolloutID, attemptID, evs); !errors.Is(err, errJournalOff) {
+			return err
+		}
+	}
+	_, err := s.AppendEvents(ctx, rolloutID, attemptID, in)
+	return err
+}
+
+// commitEvents is the store.CommitFunc of s.events: one write transaction
+// for a batch of appends.
+func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
+	return s.tx(ctx, func(tx wtx) error {
+		check, err := tx.stmt(ctx, `SELECT status FROM attempts WHERE id = ? AND rollout_id = ?`)
+		if err != nil {
+			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
 		ins, err := tx.stmt(ctx, `INSERT INTO events (rollout_id, attempt_id, type, time, data) VALUES (?,?,?,?,?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
-		for i, e := range evs {
-			res, err := ins.ExecContext(ctx, rolloutID, attemptID, e.Type, ts(e.Time), []byte(e.Data))
-			if err != nil {
-				return fmt.Errorf("sqlite store: insert event: %w", err)
+		// An attempt's status cannot change inside this transaction: look
+		// each attempt up once per batch.
+		type seen struct{ rid, aid, status string }
+		var known []seen
+		for _, a := range batch {
+			st, found := "", false
+			for _, k := range known {
+				if k.rid == a.RolloutID && k.aid == a.AttemptID {
+					st, found = k.status, true
+					break
+				}
 			}
-			seq, err := res.LastInsertId()
-			if err != nil {
-				return fmt.Errorf("sqlite store: event seq: %w", err)
+			if !found {
+				err := check.QueryRowContext(ctx, a.AttemptID, a.RolloutID).Scan(&st)
+				if errors.Is(err, sql.ErrNoRows) {
+					st = ""
+				} else if err != nil {
+					return fmt.Errorf("sqlite store: append events: %w", err)
+				}
+				known = append(known, seen{a.RolloutID, a.AttemptID, st})
 			}
-			out[i] = store.Event{Seq: seq, RolloutID: rolloutID, AttemptID: attemptID, Type: e.Type, Time: fromTS(ts(e.Time)), Data: e.Data}
+			switch st {
+			case "":
+				a.Err = store.Errorf(store.ErrNotFound, "attempt %q of rollout %q", a.AttemptID, a.RolloutID)
+				continue
+			case string(store.AttemptRunning):
+			default:
+				a.Err = store.Errorf(store.ErrConflict, "attempt %s is %s, not running: events are closed", a.AttemptID, st)
+				continue
+			}
+			out := make([]store.Event, len(a.Events))
+			for j, e := range a.Events {
+				res, err := ins.ExecContext(ctx, a.RolloutID, a.AttemptID, e.Type, ts(e.Time), []byte(e.Data))
+				if err != nil {
+					return fmt.Errorf("sqlite store: insert event: %w", err)
+				}
+				seq, err := res.LastInsertId()
+				if err != nil {
+					return fmt.Errorf("sqlite store: event seq: %w", err)
+				}
+				out[j] = store.Event{Seq: seq, RolloutID: a.RolloutID, AttemptID: a.AttemptID, Type: e.Type, Time: fromTS(ts(e.Time)), Data: e.Data}
+			}
+			a.Stored = out
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
+	if s.journal != nil {
+		if err := s.journal.flush(ctx); err != nil {
+			return nil, err
+		}
+	}
 	q := `SELECT seq, rollout_id, attempt_id, type, time, data FROM events WHERE rollout_id = ? AND seq > ?`
 	args := []any{f.RolloutID, f.AfterSeq}
 	if f.AttemptID != "" {
@@ -1075,7 +1243,7 @@ func (s *Store) Workers(ctx context.Context, since time.Time) ([]store.Worker, e
 // Reap implements store.Store.
 func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
 	var res store.ReapResult
-	err := s.tx(ctx, func(tx wtx) error {
+	err := s.endingTx(ctx, func(tx wtx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE status = 'running'`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: reap: %w", err)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
@@ -78,5 +81,48 @@ func TestMigrateStep(t *testing.T) {
 	}
 	if err := s.PutTrainStep(ctx, store.TrainStep{Run: "r", Mode: store.ModeTrain, Metrics: json.RawMessage(`{}`)}); err != nil {
 		t.Fatalf("train steps after migration: %v", err)
+	}
+}
+
+// TestBackgroundCheckpoint: committed WAL frames reach the database file
+// without any commit checkpointing (the writer's own threshold is far off).
+func TestBackgroundCheckpoint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agl.db")
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: "r"}}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := json.RawMessage(`"` + strings.Repeat("x", 2000) + `"`)
+	for range 500 {
+		if _, err := s.AppendEvents(ctx, "r", cl.Attempt.ID, []store.NewEvent{{Type: "log", Data: data}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > before.Size()+500*2000 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("database file %d bytes (was %d): the WAL was not checkpointed", fi.Size(), before.Size())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -16,18 +16,21 @@ import (
 type BenchOpener func(b *testing.B) store.Store
 
 // Bench runs the store benchmarks: events appended per second (batches of
-// 100, 10 concurrent writers) and full rollout lifecycles per second
-// (create → claim → 4 events → complete, 8 concurrent workers).
+// 100 from 10 concurrent writers; single events, as the gateway appends
+// one per model call, from 1 and 32 concurrent writers) and full rollout
+// lifecycles per second (create → claim → 4 events → complete, 8
+// concurrent workers).
 func Bench(b *testing.B, open BenchOpener) {
-	b.Run("AppendEvents/batch100/writers10", func(b *testing.B) { benchAppend(b, open(b)) })
+	b.Run("AppendEvents/batch100/writers10", func(b *testing.B) { benchAppend(b, open(b), 10, 100) })
+	b.Run("AppendEvents/batch1/writers1", func(b *testing.B) { benchAppend(b, open(b), 1, 1) })
+	b.Run("AppendEvents/batch1/writers32", func(b *testing.B) { benchAppend(b, open(b), 32, 1) })
 	b.Run("Lifecycle/workers8", func(b *testing.B) { benchLifecycle(b, open(b)) })
 }
 
 var payload = json.RawMessage(`{"api":"chat.completions","model":"m","model_version":3,"prompt_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16],"response_ids":[17,18,19,20],"response_logprobs":[-0.1,-0.2,-0.3,-0.4]}`)
 
-func benchAppend(b *testing.B, s store.Store) {
+func benchAppend(b *testing.B, s store.Store, writers, batch int) {
 	ctx := context.Background()
-	const writers, batch = 10, 100
 	type att struct{ r, a string }
 	atts := make([]att, writers)
 	for w := range atts {

@@ -44,6 +44,11 @@ func Run(t *testing.T, open Opener) {
 		{"ReapTimeout", testReapTimeout},
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"ConcurrentAppends", testConcurrentAppends},
+		{"ConcurrentAppendsManyAttempts", testConcurrentAppendsManyAttempts},
+		{"AppendsRacingCompletion", testAppendsRacingCompletion},
+		{"BadAppendFailsAlone", testBadAppendFailsAlone},
+		{"RecordedEvents", testRecordedEvents},
+		{"RecordsRacingCompletion", testRecordsRacingCompletion},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -738,5 +743,282 @@ func testWorkers(t *testing.T, s store.Store) {
 	ws = must(s.Workers(c, time.Now().Add(time.Hour)))
 	if len(ws) != 2 || ws[0].Attempts != 1 || ws[0].Running != 1 || ws[0].Failed != 0 {
 		t.Errorf("workers with only running attempts %+v", ws)
+	}
+}
+
+// testConcurrentAppendsManyAttempts: writers on different rollouts append
+// one call after another (as harnesses do through the gateway, which may
+// share transactions among them); every acked event is stored once, with
+// the sequence number it was acked with, each call's events contiguous and
+// each writer's calls in order.
+func testConcurrentAppendsManyAttempts(t *testing.T, s store.Store) {
+	c := ctx(t)
+	const writers, calls = 12, 25
+	claims := make([]store.Claim, writers)
+	for w := range claims {
+		create(t, s, store.NewRollout{ID: fmt.Sprint("r", w)})
+		claims[w] = claim(t, s)
+	}
+	acked := make([][]store.Event, writers)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := claims[w]
+			for k := range calls {
+				evs := make([]store.NewEvent, 1+k%3)
+				for i := range evs {
+					evs[i] = store.NewEvent{Type: store.EventModelRequest, Data: json.RawMessage(fmt.Sprintf(`{"k":%d,"i":%d}`, k, i))}
+				}
+				out, err := s.AppendEvents(c, cl.Rollout.ID, cl.Attempt.ID, evs)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(out) != len(evs) {
+					errs <- fmt.Errorf("writer %d: %d events returned for %d", w, len(out), len(evs))
+					return
+				}
+				acked[w] = append(acked[w], out...)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for w, cl := range claims {
+		got := must(s.ListEvents(c, store.EventFilter{RolloutID: cl.Rollout.ID}))
+		if len(got) != len(acked[w]) {
+			t.Fatalf("writer %d: %d events stored, %d acked", w, len(got), len(acked[w]))
+		}
+		k, i := 0, 0
+		for j, e := range got {
+			if e.Seq != acked[w][j].Seq || string(e.Data) != string(acked[w][j].Data) || e.AttemptID != cl.Attempt.ID {
+				t.Fatalf("writer %d event %d: stored %+v, acked %+v", w, j, e, acked[w][j])
+			}
+			var d struct{ K, I int }
+			json.Unmarshal(e.Data, &d)
+			if d.K != k || d.I != i {
+				t.Fatalf("writer %d event %d is %s, want call %d item %d", w, j, e.Data, k, i)
+			}
+			if i++; i == 1+k%3 {
+				k, i = k+1, 0
+			}
+		}
+	}
+}
+
+// testAppendsRacingCompletion: appends racing an attempt's completion
+// either land before it (and are stored) or are refused with ErrConflict
+// (and are not); nothing is stored after the attempt ended.
+func testAppendsRacingCompletion(t *testing.T, s store.Store) {
+	racingCompletion(t, s, func(c context.Context, rid, aid string, evs []store.NewEvent) error {
+		_, err := s.AppendEvents(c, rid, aid, evs)
+		return err
+	})
+}
+
+// testRecordsRacingCompletion: the same with EventRecorder.RecordEvents.
+func testRecordsRacingCompletion(t *testing.T, s store.Store) {
+	r, ok := s.(store.EventRecorder)
+	if !ok {
+		t.Skip("the store records events only by appending them")
+	}
+	racingCompletion(t, s, r.RecordEvents)
+}
+
+func racingCompletion(t *testing.T, s store.Store, write func(c context.Context, rid, aid string, evs []store.NewEvent) error) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"}, store.NewRollout{ID: "other"})
+	cl := claim(t, s)
+	other := claim(t, s)
+	const writers = 6
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		acked    = map[string]bool{}
+		refused  int
+		otherAck int
+	)
+	stop := make(chan struct{})
+	errs := make(chan error, writers+1)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				data := fmt.Sprintf(`{"w":%d,"k":%d}`, w, k)
+				err := write(c, "r", cl.Attempt.ID, []store.NewEvent{{Type: "log", Data: json.RawMessage(data)}})
+				if errors.Is(err, store.ErrConflict) {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				acked[data] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	// Another attempt keeps appending meanwhile: the refusals must not
+	// touch it.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := write(c, "other", other.Attempt.ID, []store.NewEvent{{Type: "log"}}); err != nil {
+				errs <- fmt.Errorf("other attempt: %w", err)
+				return
+			}
+			mu.Lock()
+			otherAck++
+			mu.Unlock()
+		}
+	}()
+	time.Sleep(30 * time.Millisecond)
+	must(s.CompleteAttempt(c, "r", cl.Attempt.ID, store.AttemptSucceeded, ""))
+	time.Sleep(10 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if refused != writers {
+		t.Fatalf("%d writers refused after completion, want %d", refused, writers)
+	}
+	got := must(s.ListEvents(c, store.EventFilter{RolloutID: "r"}))
+	if len(got) != len(acked) {
+		t.Fatalf("%d events stored, %d acked", len(got), len(acked))
+	}
+	for _, e := range got {
+		if !acked[string(e.Data)] {
+			t.Fatalf("stored event %s was never acked", e.Data)
+		}
+	}
+	if n := len(must(s.ListEvents(c, store.EventFilter{RolloutID: "other"}))); n != otherAck {
+		t.Fatalf("other attempt: %d stored, %d acked", n, otherAck)
+	}
+}
+
+// testBadAppendFailsAlone: an append the database refuses (a NUL byte in
+// the event type, which PostgreSQL cannot store in text) fails on its own;
+// concurrent appends of other calls are stored.
+func testBadAppendFailsAlone(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"})
+	cl := claim(t, s)
+	const calls = 40
+	var wg sync.WaitGroup
+	results := make([]error, calls)
+	for k := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			typ := "log"
+			if k%10 == 3 {
+				typ = "bad\x00type"
+			}
+			_, results[k] = s.AppendEvents(c, "r", cl.Attempt.ID, []store.NewEvent{{Type: typ, Data: json.RawMessage(fmt.Sprint(k))}})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for k, err := range results {
+		switch {
+		case err == nil:
+			ok++
+		case k%10 == 3 && errors.Is(err, store.ErrInvalid):
+		default:
+			t.Errorf("call %d: %v", k, err)
+		}
+	}
+	if n := len(must(s.ListEvents(c, store.EventFilter{RolloutID: "r"}))); n != ok {
+		t.Fatalf("%d events stored, %d acked", n, ok)
+	}
+	t.Logf("%d of %d appends stored", ok, calls)
+}
+
+// testRecordedEvents: events recorded through EventRecorder are read back
+// at once, in call order with appended ones, by concurrent writers too.
+func testRecordedEvents(t *testing.T, s store.Store) {
+	r, ok := s.(store.EventRecorder)
+	if !ok {
+		t.Skip("the store records events only by appending them")
+	}
+	c := ctx(t)
+	const writers, calls = 8, 30
+	claims := make([]store.Claim, writers)
+	for w := range claims {
+		create(t, s, store.NewRollout{ID: fmt.Sprint("r", w)})
+		claims[w] = claim(t, s)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := claims[w]
+			for k := range calls {
+				evs := []store.NewEvent{{Type: store.EventModelRequest, Data: json.RawMessage(fmt.Sprint(k))}}
+				var err error
+				if k%5 == 4 {
+					_, err = s.AppendEvents(c, cl.Rollout.ID, cl.Attempt.ID, evs)
+				} else {
+					err = r.RecordEvents(c, cl.Rollout.ID, cl.Attempt.ID, evs)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				// Read-your-writes: the call just made is visible.
+				got, err := s.ListEvents(c, store.EventFilter{RolloutID: cl.Rollout.ID})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(got) != k+1 || string(got[k].Data) != fmt.Sprint(k) {
+					errs <- fmt.Errorf("writer %d after call %d: %d events listed, want %d", w, k, len(got), k+1)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for w, cl := range claims {
+		got := must(s.ListEvents(c, store.EventFilter{RolloutID: cl.Rollout.ID}))
+		for k, e := range got {
+			if string(e.Data) != fmt.Sprint(k) || (k > 0 && e.Seq <= got[k-1].Seq) {
+				t.Fatalf("writer %d event %d: %+v", w, k, e)
+			}
+		}
+	}
+	// Completing reads the recorded reward.
+	cl := claims[0]
+	if err := r.RecordEvents(c, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventReward, Data: json.RawMessage(`{"value":0.5}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	ro := must(s.CompleteAttempt(c, cl.Rollout.ID, cl.Attempt.ID, store.AttemptSucceeded, ""))
+	if ro.Reward == nil || *ro.Reward != 0.5 {
+		t.Fatalf("reward after completion: %v", ro.Reward)
 	}
 }

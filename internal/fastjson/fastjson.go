@@ -1,0 +1,585 @@
+// Package fastjson reads and writes the few JSON documents on the
+// gateway's per-call hot path (the harness's request, the upstream's
+// answer, the response) without reflection.
+//
+// Its decoders are fast paths, not replacements: a Scanner accepts a
+// subset of what encoding/json accepts and reports failure (ok == false)
+// on anything else — a syntax error, but also anything it does not
+// handle exactly as encoding/json would (invalid UTF-8, a lone surrogate
+// escape, a duplicated or case-folded key, deep nesting). Callers then
+// decode the same bytes with encoding/json, which yields its usual result
+// or error. So a document either decodes here to exactly what
+// encoding/json would produce, or is handed to encoding/json; tests check
+// that property by fuzzing both.
+package fastjson
+
+import (
+	"bytes"
+	"math"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// maxDepth bounds nesting in Skip (encoding/json allows 10000; deeper
+// documents go to it).
+const maxDepth = 512
+
+// Scanner reads one JSON document. The zero value is not usable; use New.
+// After any method reports !ok the scanner is spent.
+type Scanner struct {
+	data []byte
+	pos  int
+}
+
+// New returns a scanner over data.
+func New(data []byte) *Scanner { return &Scanner{data: data} }
+
+func (s *Scanner) ws() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte (0 at the end).
+func (s *Scanner) peek() byte {
+	s.ws()
+	if s.pos < len(s.data) {
+		return s.data[s.pos]
+	}
+	return 0
+}
+
+// End reports whether only white space remains.
+func (s *Scanner) End() bool {
+	s.ws()
+	return s.pos == len(s.data)
+}
+
+// Null consumes a null literal if one is next.
+func (s *Scanner) Null() bool {
+	if s.peek() == 'n' && bytes.HasPrefix(s.data[s.pos:], []byte("null")) {
+		s.pos += 4
+		return true
+	}
+	return false
+}
+
+// Bool reads true or false.
+func (s *Scanner) Bool() (v, ok bool) {
+	switch s.peek() {
+	case 't':
+		if bytes.HasPrefix(s.data[s.pos:], []byte("true")) {
+			s.pos += 4
+			return true, true
+		}
+	case 'f':
+		if bytes.HasPrefix(s.data[s.pos:], []byte("false")) {
+			s.pos += 5
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// number scans a JSON number and returns its text; isInt is set when it
+// has neither fraction nor exponent.
+func (s *Scanner) number() (text []byte, isInt, ok bool) {
+	s.ws()
+	d, start := s.data, s.pos
+	i := start
+	if i < len(d) && d[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(d) && d[i] == '0':
+		i++
+	case i < len(d) && d[i] >= '1' && d[i] <= '9':
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+	default:
+		return nil, false, false
+	}
+	isInt = true
+	if i < len(d) && d[i] == '.' {
+		isInt = false
+		i++
+		j := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		if i == j {
+			return nil, false, false
+		}
+	}
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		isInt = false
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		j := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		if i == j {
+			return nil, false, false
+		}
+	}
+	s.pos = i
+	return d[start:i], isInt, true
+}
+
+// Int reads an integer that fits in bits bits (as encoding/json decodes
+// into intN: a fraction or exponent is a type error).
+func (s *Scanner) Int(bits int) (int64, bool) {
+	t, isInt, ok := s.number()
+	if !ok || !isInt {
+		return 0, false
+	}
+	if len(t) <= 18 {
+		// Cannot overflow int64: no need for strconv.
+		var v int64
+		neg := t[0] == '-'
+		if neg {
+			t = t[1:]
+		}
+		for _, c := range t {
+			v = v*10 + int64(c-'0')
+		}
+		if neg {
+			v = -v
+		}
+		if bits < 64 && (v < -1<<(bits-1) || v >= 1<<(bits-1)) {
+			return 0, false
+		}
+		return v, true
+	}
+	v, err := strconv.ParseInt(string(t), 10, bits)
+	return v, err == nil
+}
+
+// Float reads a number as a float of bits bits (32 or 64).
+func (s *Scanner) Float(bits int) (float64, bool) {
+	t, _, ok := s.number()
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(unsafe.String(&t[0], len(t)), bits)
+	return v, err == nil
+}
+
+// String reads a string.
+func (s *Scanner) String() (string, bool) {
+	b, ok := s.str(nil)
+	return string(b), ok
+}
+
+// str reads a string, unescaped; without escapes it returns a slice of the
+// input (buf unused).
+func (s *Scanner) str(buf []byte) ([]byte, bool) {
+	if s.peek() != '"' {
+		return nil, false
+	}
+	d := s.data
+	i := s.pos + 1
+	start := i
+	ascii := true
+	for {
+		if i >= len(d) {
+			return nil, false
+		}
+		c := d[i]
+		if c == '"' {
+			if !ascii && !utf8.Valid(d[start:i]) {
+				return nil, false
+			}
+			s.pos = i + 1
+			return d[start:i], true
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			return nil, false
+		}
+		if c >= 0x80 {
+			ascii = false
+		}
+		i++
+	}
+	// Escapes: copy into buf.
+	if !ascii && !utf8.Valid(d[start:i]) {
+		return nil, false
+	}
+	buf = append(buf, d[start:i]...)
+	for {
+		if i >= len(d) {
+			return nil, false
+		}
+		c := d[i]
+		switch {
+		case c == '"':
+			s.pos = i + 1
+			return buf, true
+		case c < 0x20:
+			return nil, false
+		case c == '\\':
+			if i+1 >= len(d) {
+				return nil, false
+			}
+			switch d[i+1] {
+			case '"', '\\', '/':
+				buf = append(buf, d[i+1])
+			case 'b':
+				buf = append(buf, '\b')
+			case 'f':
+				buf = append(buf, '\f')
+			case 'n':
+				buf = append(buf, '\n')
+			case 'r':
+				buf = append(buf, '\r')
+			case 't':
+				buf = append(buf, '\t')
+			case 'u':
+				r, ok := hex4(d, i+2)
+				if !ok {
+					return nil, false
+				}
+				i += 6
+				if utf16.IsSurrogate(r) {
+					// Only a valid pair is decoded here.
+					if i+1 >= len(d) || d[i] != '\\' || d[i+1] != 'u' {
+						return nil, false
+					}
+					r2, ok := hex4(d, i+2)
+					if !ok {
+						return nil, false
+					}
+					dec := utf16.DecodeRune(r, r2)
+					if dec == utf8.RuneError {
+						return nil, false
+					}
+					r = dec
+					i += 6
+				}
+				buf = utf8.AppendRune(buf, r)
+				continue
+			default:
+				return nil, false
+			}
+			i += 2
+		default:
+			j := i
+			for i < len(d) && d[i] != '"' && d[i] != '\\' && d[i] >= 0x20 {
+				i++
+			}
+			if !utf8.Valid(d[j:i]) {
+				return nil, false
+			}
+			buf = append(buf, d[j:i]...)
+		}
+	}
+}
+
+func hex4(d []byte, i int) (rune, bool) {
+	if i+4 > len(d) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range d[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r*16 + rune(c)
+	}
+	return r, true
+}
+
+// Skip validates and skips one value.
+func (s *Scanner) Skip() bool { return s.skip(0) }
+
+func (s *Scanner) skip(depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	switch s.peek() {
+	case '{':
+		o, ok := s.Object()
+		if !ok {
+			return false
+		}
+		for {
+			_, more := o.next()
+			if !more {
+				return o.ok
+			}
+			if !s.skip(depth + 1) {
+				return false
+			}
+		}
+	case '[':
+		a, ok := s.Array()
+		if !ok {
+			return false
+		}
+		for a.Next() {
+			if !s.skip(depth + 1) {
+				return false
+			}
+		}
+		return a.OK()
+	case '"':
+		_, ok := s.str(nil)
+		return ok
+	case 't', 'f':
+		_, ok := s.Bool()
+		return ok
+	case 'n':
+		return s.Null()
+	default:
+		_, _, ok := s.number()
+		return ok
+	}
+}
+
+// Raw validates and skips one value and returns its bytes, as
+// json.RawMessage would hold them.
+func (s *Scanner) Raw() ([]byte, bool) {
+	s.ws()
+	start := s.pos
+	if !s.Skip() {
+		return nil, false
+	}
+	return s.data[start:s.pos], true
+}
+
+// Object iterates over an object's members.
+type Object struct {
+	s    *Scanner
+	n    int
+	ok   bool
+	seen uint64
+}
+
+// Object starts reading an object.
+func (s *Scanner) Object() (Object, bool) {
+	if s.peek() != '{' {
+		return Object{}, false
+	}
+	s.pos++
+	return Object{s: s, ok: true}, true
+}
+
+// Keys reads an object's keys, which must be among known (at most 64):
+// it returns the index of the next key in known, -1 at the end (or on an
+// error: see OK). An unknown key that encoding/json would match to a known
+// one (it folds case), or a repeated key, is an error here; other unknown
+// keys are skipped, values and all.
+func (o *Object) Keys(known ...string) int {
+	for {
+		k, more := o.next()
+		if !more {
+			return -1
+		}
+		for i, name := range known {
+			if string(k) == name {
+				if o.seen&(1<<i) != 0 {
+					o.ok = false
+					return -1
+				}
+				o.seen |= 1 << i
+				return i
+			}
+		}
+		for _, name := range known {
+			if bytes.EqualFold(k, []byte(name)) {
+				o.ok = false
+				return -1
+			}
+		}
+		if !o.s.Skip() {
+			o.ok = false
+			return -1
+		}
+	}
+}
+
+// OK reports whether the object was read to its end without error.
+func (o *Object) OK() bool { return o.ok }
+
+// next reads the next key and its colon; false at the closing brace or on
+// an error (o.ok false).
+func (o *Object) next() ([]byte, bool) {
+	s := o.s
+	if !o.ok {
+		return nil, false
+	}
+	c := s.peek()
+	if c == '}' {
+		s.pos++
+		return nil, false
+	}
+	if o.n > 0 {
+		if c != ',' {
+			o.ok = false
+			return nil, false
+		}
+		s.pos++
+	}
+	o.n++
+	k, ok := s.str(nil)
+	if !ok || s.peek() != ':' {
+		o.ok = false
+		return nil, false
+	}
+	s.pos++
+	return k, true
+}
+
+// Array iterates over an array's elements.
+type Array struct {
+	s  *Scanner
+	n  int
+	ok bool
+}
+
+// Array starts reading an array.
+func (s *Scanner) Array() (Array, bool) {
+	if s.peek() != '[' {
+		return Array{}, false
+	}
+	s.pos++
+	return Array{s: s, ok: true}, true
+}
+
+// Next reports whether another element follows (the caller then reads
+// it); false at the closing bracket or on an error (see OK).
+func (a *Array) Next() bool {
+	s := a.s
+	if !a.ok {
+		return false
+	}
+	c := s.peek()
+	if c == ']' {
+		s.pos++
+		return false
+	}
+	if a.n > 0 {
+		if c != ',' {
+			a.ok = false
+			return false
+		}
+		s.pos++
+	}
+	a.n++
+	return true
+}
+
+// OK reports whether the array was read to its end without error.
+func (a *Array) OK() bool { return a.ok }
+
+// Fail marks the array as failed (an element could not be read).
+func (a *Array) Fail() { a.ok = false }
+
+// Fail marks the object as failed (a value could not be read).
+func (o *Object) Fail() { o.ok = false }
+
+// AppendString appends s as a JSON string exactly as encoding/json's
+// Marshal writes it (HTML-safe: <, > and & escaped; U+2028 and U+2029
+// escaped; invalid UTF-8 replaced by U+FFFD).
+func AppendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// AppendFloat32 appends f as encoding/json's Marshal writes a float32
+// (false for NaN and infinities, which JSON cannot hold).
+func AppendFloat32(b []byte, f float32) ([]byte, bool) {
+	return appendFloat(b, float64(f), 32)
+}
+
+func appendFloat(b []byte, f float64, bits int) ([]byte, bool) {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return b, false
+	}
+	// As encoding/json: %f between 1e-6 and 1e21, else %e with the
+	// exponent's leading zero dropped.
+	abs := math.Abs(f)
+	fmt := byte('f')
+	if abs != 0 {
+		if bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
+			fmt = 'e'
+		}
+	}
+	b = strconv.AppendFloat(b, f, fmt, -1, bits)
+	if fmt == 'e' {
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b, true
+}

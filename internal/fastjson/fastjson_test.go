@@ -1,0 +1,165 @@
+package fastjson
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// toAny decodes one value into what encoding/json's Unmarshal into an
+// any yields (maps, slices, float64, string, bool, nil).
+func toAny(s *Scanner, depth int) (any, bool) {
+	if depth > maxDepth {
+		return nil, false
+	}
+	switch s.peek() {
+	case '{':
+		o, _ := s.Object()
+		m := map[string]any{}
+		for {
+			k, more := o.next()
+			if !more {
+				return m, o.ok
+			}
+			v, ok := toAny(s, depth+1)
+			if !ok {
+				return nil, false
+			}
+			m[string(k)] = v
+		}
+	case '[':
+		a, _ := s.Array()
+		out := []any{}
+		for a.Next() {
+			v, ok := toAny(s, depth+1)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, v)
+		}
+		return out, a.OK()
+	case '"':
+		return s.String()
+	case 't', 'f':
+		return s.Bool()
+	case 'n':
+		return nil, s.Null()
+	}
+	return s.Float(64)
+}
+
+func decodeAny(data []byte) (any, bool) {
+	s := New(data)
+	v, ok := toAny(s, 0)
+	return v, ok && s.End()
+}
+
+var seeds = []string{
+	`{"a":1,"b":[true,false,null],"c":{"d":"e\n\"\\\/\b\f\r\t\u00e9\ud83d\ude00"},"n":-1.5e-3}`,
+	`[1, 2 , 3 ]`, `"plain"`, `"caf\u00e9 ☕"`, `0`, `-0`, `1e400`, `01`, `1.`, `.5`, `"\ud800"`, `"\udc00\ud800"`,
+	`{"a":1,}`, `[1,]`, `{"a" 1}`, `"tab	in"`, "\"\xff\"", `{"a":{"b":{"c":[[[]]]}}}`, ` null `, `nul`, `{"a":1}x`,
+	`"\u0000"`, `"\x"`, `{"":""}`, `{"k":1,"k":2}`, `[1e5, -2E-2, 3.25]`,
+}
+
+// FuzzScanner: whatever the scanner accepts, encoding/json accepts and
+// decodes to the same value.
+func FuzzScanner(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := decodeAny(data)
+		if !ok {
+			return
+		}
+		var want any
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("fastjson accepted %q, encoding/json: %v", data, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: fastjson %#v, encoding/json %#v", data, got, want)
+		}
+	})
+}
+
+func TestScannerSeeds(t *testing.T) {
+	accepted := 0
+	for _, s := range seeds {
+		got, ok := decodeAny([]byte(s))
+		var want any
+		err := json.Unmarshal([]byte(s), &want)
+		if ok {
+			accepted++
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("%q: fastjson %#v, encoding/json %#v (%v)", s, got, want, err)
+			}
+		}
+	}
+	if accepted < 10 {
+		t.Errorf("only %d seeds accepted", accepted)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		ok   bool
+	}{
+		{`{"a":1,"b":2,"x":{"y":[1]}}`, []int{0, 1}, true},
+		{`{"b":2}`, []int{1}, true},
+		{`{"A":1}`, nil, false},            // encoding/json folds case: not ours
+		{`{"a":1,"a":2}`, []int{0}, false}, // repeated
+		{`{}`, nil, true},
+	} {
+		s := New([]byte(tc.in))
+		o, _ := s.Object()
+		var got []int
+		for {
+			k := o.Keys("a", "b")
+			if k < 0 {
+				break
+			}
+			got = append(got, k)
+			s.Skip()
+		}
+		if o.OK() != tc.ok || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: keys %v ok %v, want %v %v", tc.in, got, o.OK(), tc.want, tc.ok)
+		}
+	}
+}
+
+// FuzzAppendString: AppendString writes what json.Marshal writes.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "plain", "<a href=\"x\">&amp;</a>", "tab\tnl\ncr\r\x00\x1f", "\u2028\u2029", "\xff\xfeok", "café ☕ 😀", "\\"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, _ := json.Marshal(s)
+		if got := AppendString(nil, s); string(got) != string(want) {
+			t.Fatalf("%q: %s, want %s", s, got, want)
+		}
+	})
+}
+
+func TestAppendFloat32(t *testing.T) {
+	for _, f := range []float32{0, 1, -0.25, 1e-7, 3.4e38, 1e21, 1e20, 0.1, -1.5e-9, float32(math.Copysign(0, -1))} {
+		want, _ := json.Marshal(f)
+		got, ok := AppendFloat32(nil, f)
+		if !ok || string(got) != string(want) {
+			t.Errorf("%v: %s, want %s", f, got, want)
+		}
+	}
+	if _, ok := AppendFloat32(nil, float32(math.Inf(1))); ok {
+		t.Error("+Inf accepted")
+	}
+}
+
+func TestDeepNesting(t *testing.T) {
+	deep := strings.Repeat("[", maxDepth+10) + strings.Repeat("]", maxDepth+10)
+	if New([]byte(deep)).Skip() {
+		t.Error("nesting past maxDepth accepted")
+	}
+}

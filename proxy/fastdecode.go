@@ -1,0 +1,303 @@
+package proxy
+
+import (
+	"encoding/json"
+
+	"github.com/aglrl/agl/internal/fastjson"
+)
+
+// Reflection-free decoding of Chat Completions requests, the gateway's most
+// common call. Each function reads exactly what json.Unmarshal would into
+// the same types and reports false on anything it does not read alike
+// (see package fastjson); decodeChat then falls back to encoding/json.
+
+func decodeChatFast(body []byte, r *ccRequest) bool {
+	s := fastjson.New(body)
+	o, ok := s.Object()
+	if !ok {
+		return false
+	}
+	for {
+		switch o.Keys("model", "messages", "tools", "tool_choice", "functions", "temperature", "top_p", "top_k",
+			"max_tokens", "max_completion_tokens", "n", "stop", "seed", "stream", "stream_options",
+			"response_format", "logprobs", "top_logprobs", "logit_bias", "presence_penalty",
+			"frequency_penalty", "modalities", "audio", "prediction", "web_search_options") {
+		case -1:
+			return o.OK() && s.End()
+		case 0:
+			ok = fjString(s, &r.Model)
+		case 1:
+			ok = fjMessages(s, &r.Messages)
+		case 2:
+			ok = fjTools(s, &r.Tools)
+		case 3:
+			r.ToolChoice, ok = s.Raw()
+		case 4:
+			r.Functions, ok = s.Raw()
+		case 5:
+			r.Temperature, ok = fjFloat32Ptr(s)
+		case 6:
+			r.TopP, ok = fjFloat32Ptr(s)
+		case 7:
+			r.TopK, ok = fjIntPtr(s)
+		case 8:
+			r.MaxTokens, ok = fjIntPtr(s)
+		case 9:
+			r.MaxCompletionTokens, ok = fjIntPtr(s)
+		case 10:
+			r.N, ok = fjIntPtr(s)
+		case 11:
+			r.Stop, ok = s.Raw()
+		case 12:
+			if !s.Null() {
+				var v int64
+				v, ok = s.Int(64)
+				r.Seed = &v
+			}
+		case 13:
+			ok = fjBool(s, &r.Stream)
+		case 14:
+			if !s.Null() {
+				r.StreamOptions = &struct {
+					IncludeUsage bool `json:"include_usage"`
+				}{}
+				ok = fjObject(s, func(k int) bool { return fjBool(s, &r.StreamOptions.IncludeUsage) }, "include_usage")
+			}
+		case 15:
+			if !s.Null() {
+				r.ResponseFormat = &struct {
+					Type string `json:"type"`
+				}{}
+				ok = fjObject(s, func(k int) bool { return fjString(s, &r.ResponseFormat.Type) }, "type")
+			}
+		case 16:
+			ok = fjBool(s, &r.Logprobs)
+		case 17:
+			r.TopLogprobs, ok = fjIntPtr(s)
+		case 18:
+			ok = s.Null() // a bias map goes to encoding/json (and is refused)
+		case 19:
+			r.PresencePenalty, ok = fjFloat64Ptr(s)
+		case 20:
+			r.FrequencyPenalty, ok = fjFloat64Ptr(s)
+		case 21:
+			r.Modalities, ok = fjStrings(s)
+		case 22:
+			r.Audio, ok = s.Raw()
+		case 23:
+			r.Prediction, ok = s.Raw()
+		case 24:
+			r.WebSearchOptions, ok = s.Raw()
+		}
+		if !ok {
+			return false
+		}
+	}
+}
+
+// fjObject reads an object (or null) whose keys are among known, calling
+// field for each with the key's index.
+func fjObject(s *fastjson.Scanner, field func(k int) bool, known ...string) bool {
+	if s.Null() {
+		return true
+	}
+	o, ok := s.Object()
+	if !ok {
+		return false
+	}
+	for {
+		k := o.Keys(known...)
+		if k < 0 {
+			return o.OK()
+		}
+		if !field(k) {
+			return false
+		}
+	}
+}
+
+// fjArray reads an array (true, false for null) calling elem per element.
+func fjArray(s *fastjson.Scanner, elem func() bool) (isArray, ok bool) {
+	if s.Null() {
+		return false, true
+	}
+	a, ok := s.Array()
+	if !ok {
+		return false, false
+	}
+	for a.Next() {
+		if !elem() {
+			return true, false
+		}
+	}
+	return true, a.OK()
+}
+
+func fjString(s *fastjson.Scanner, v *string) bool {
+	if s.Null() {
+		return true
+	}
+	var ok bool
+	*v, ok = s.String()
+	return ok
+}
+
+func fjBool(s *fastjson.Scanner, v *bool) bool {
+	if s.Null() {
+		return true
+	}
+	var ok bool
+	*v, ok = s.Bool()
+	return ok
+}
+
+func fjIntPtr(s *fastjson.Scanner) (*int, bool) {
+	if s.Null() {
+		return nil, true
+	}
+	n, ok := s.Int(strconvIntSize)
+	v := int(n)
+	return &v, ok
+}
+
+const strconvIntSize = 32 << (^uint(0) >> 63)
+
+func fjFloat32Ptr(s *fastjson.Scanner) (*float32, bool) {
+	if s.Null() {
+		return nil, true
+	}
+	f, ok := s.Float(32)
+	v := float32(f)
+	return &v, ok
+}
+
+func fjFloat64Ptr(s *fastjson.Scanner) (*float64, bool) {
+	if s.Null() {
+		return nil, true
+	}
+	f, ok := s.Float(64)
+	return &f, ok
+}
+
+func fjStrings(s *fastjson.Scanner) ([]string, bool) {
+	out := []string{}
+	isArray, ok := fjArray(s, func() bool {
+		var v string
+		ok := fjString(s, &v)
+		out = append(out, v)
+		return ok
+	})
+	if !isArray {
+		return nil, ok
+	}
+	return out, ok
+}
+
+func fjRaw(s *fastjson.Scanner, v *json.RawMessage) bool {
+	var ok bool
+	*v, ok = s.Raw()
+	return ok
+}
+
+func fjMessages(s *fastjson.Scanner, out *[]ccMessage) bool {
+	ms := []ccMessage{}
+	isArray, ok := fjArray(s, func() bool {
+		ms = append(ms, ccMessage{})
+		m := &ms[len(ms)-1]
+		return fjObject(s, func(k int) bool {
+			switch k {
+			case 0:
+				return fjString(s, &m.Role)
+			case 1:
+				return fjRaw(s, &m.Content)
+			case 2:
+				return fjString(s, &m.Name)
+			case 3:
+				return fjToolCalls(s, &m.ToolCalls)
+			case 4:
+				return fjString(s, &m.ToolCallID)
+			case 5:
+				return fjString(s, &m.ReasoningContent)
+			case 6:
+				return fjRaw(s, &m.FunctionCall)
+			default:
+				return fjRaw(s, &m.Audio)
+			}
+		}, "role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content", "function_call", "audio")
+	})
+	if isArray {
+		*out = ms
+	} else {
+		*out = nil
+	}
+	return ok
+}
+
+func fjToolCalls(s *fastjson.Scanner, out *[]ccToolCall) bool {
+	tcs := []ccToolCall{}
+	isArray, ok := fjArray(s, func() bool {
+		tcs = append(tcs, ccToolCall{})
+		tc := &tcs[len(tcs)-1]
+		return fjObject(s, func(k int) bool {
+			switch k {
+			case 0:
+				var ok bool
+				tc.Index, ok = fjIntPtr(s)
+				return ok
+			case 1:
+				return fjString(s, &tc.ID)
+			case 2:
+				return fjString(s, &tc.Type)
+			default:
+				return fjObject(s, func(k int) bool {
+					if k == 0 {
+						return fjString(s, &tc.Function.Name)
+					}
+					return fjString(s, &tc.Function.Arguments)
+				}, "name", "arguments")
+			}
+		}, "index", "id", "type", "function")
+	})
+	if isArray {
+		*out = tcs
+	} else {
+		*out = nil
+	}
+	return ok
+}
+
+func fjTools(s *fastjson.Scanner, out *[]ccTool) bool {
+	ts := []ccTool{}
+	isArray, ok := fjArray(s, func() bool {
+		ts = append(ts, ccTool{})
+		t := &ts[len(ts)-1]
+		return fjObject(s, func(k int) bool {
+			if k == 0 {
+				return fjString(s, &t.Type)
+			}
+			return fjObject(s, func(k int) bool {
+				switch k {
+				case 0:
+					return fjString(s, &t.Function.Name)
+				case 1:
+					return fjString(s, &t.Function.Description)
+				default:
+					return fjRaw(s, &t.Function.Parameters)
+				}
+			}, "name", "description", "parameters")
+		}, "type", "function")
+	})
+	if isArray {
+		*out = ts
+	} else {
+		*out = nil
+	}
+	return ok
+}
+
+// stringFast decodes a JSON string value (raw is one whole value).
+func stringFast(raw []byte) (string, bool) {
+	s := fastjson.New(raw)
+	v, ok := s.String()
+	return v, ok && s.End()
+}
