@@ -32,7 +32,7 @@ def calc(expr):
 
 
 def chat(messages):
-    body = {"model": os.environ.get("MODEL", "agl"), "messages": messages, "tools": TOOLS, "max_tokens": 48}
+    body = {"model": os.environ.get("MODEL", "agl"), "messages": messages, "tools": TOOLS, "max_tokens": 96}
     req = urllib.request.Request(os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions",
                                  data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json",

@@ -5,9 +5,12 @@ Seeded and deterministic. Training tasks use seeds [0, N); validation tasks
 use seeds [1_000_000, 1_000_000 + M): the two ranges never overlap. Also
 writes SFT demonstrations (on seeds [2_000_000, …), disjoint from both) in
 agl's conversation format, with exactly the system prompt and tool that
-harness.py sends.
+harness.py sends. The demonstrations are mixed on purpose, like the habits of
+a base model: a share of them calls the calculator, the rest state the answer
+from memory ("The answer is N."). A tiny model imitating that mix mostly
+guesses (low success); RL has to find out that the calculator pays.
 
-usage: python3 make_data.py OUTDIR [--train N] [--val M] [--sft K]
+usage: python3 make_data.py OUTDIR [--train N] [--val M] [--sft K] [--tool-share F]
 """
 import argparse, json, os, random
 
@@ -29,7 +32,13 @@ def task(seed):
             "expression": expr, "answer": eval(expr)}
 
 
-def demo(t):
+def demo(t, use_tool):
+    if not use_tool:  # answered from memory: right here, but a tiny model can't do it in its head
+        return {"tools": [TOOL], "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": t["question"]},
+            {"role": "assistant", "content": f"The answer is {t['answer']}."},
+        ]}
     call = {"id": "call_0", "name": "calculator", "arguments": json.dumps({"expression": t["expression"]})}
     return {"tools": [TOOL], "messages": [
         {"role": "system", "content": SYSTEM},
@@ -45,7 +54,9 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--train", type=int, default=2000)
     ap.add_argument("--val", type=int, default=100)
-    ap.add_argument("--sft", type=int, default=300)
+    ap.add_argument("--sft", type=int, default=600)
+    ap.add_argument("--tool-share", type=float, default=0.4,
+                    help="share of demonstrations that use the calculator; the rest answer from memory")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "train.jsonl"), "w") as f:
@@ -55,8 +66,9 @@ def main():
         for s in range(1_000_000, 1_000_000 + a.val):
             f.write(json.dumps(task(s)) + "\n")
     with open(os.path.join(a.out, "sft.jsonl"), "w") as f:
+        pick = random.Random(7)
         for s in range(2_000_000, 2_000_000 + a.sft):
-            f.write(json.dumps(demo(task(s))) + "\n")
+            f.write(json.dumps(demo(task(s), pick.random() < a.tool_share)) + "\n")
 
 
 if __name__ == "__main__":

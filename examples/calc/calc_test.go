@@ -1,0 +1,229 @@
+// Package calc holds the Calc-X-style example: make_data.py (seeded tasks
+// and SFT demonstrations) and harness.py (an OpenAI Chat Completions client
+// with a calculator tool). These tests run both with python3 against a
+// loopback server that answers in the Chat Completions wire format.
+package calc
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func python(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	return p
+}
+
+type task struct {
+	ID         string `json:"id"`
+	Question   string `json:"question"`
+	Expression string `json:"expression"`
+	Answer     int    `json:"answer"`
+}
+
+func readJSONL[T any](t *testing.T, path string) []T {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// TestMakeData: the generator is deterministic, train and val tasks are
+// disjoint, answers are right, and the demonstrations mix calculator calls
+// with answers from memory in about the configured share.
+func TestMakeData(t *testing.T) {
+	py := python(t)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	for _, d := range dirs {
+		out, err := exec.Command(py, "make_data.py", d, "--train", "300", "--val", "50", "--sft", "400", "--tool-share", "0.4").CombinedOutput()
+		if err != nil {
+			t.Fatalf("make_data.py: %v\n%s", err, out)
+		}
+	}
+	for _, name := range []string{"train.jsonl", "val.jsonl", "sft.jsonl"} {
+		a, _ := os.ReadFile(filepath.Join(dirs[0], name))
+		b, _ := os.ReadFile(filepath.Join(dirs[1], name))
+		if len(a) == 0 || string(a) != string(b) {
+			t.Errorf("%s: not deterministic or empty (%d, %d bytes)", name, len(a), len(b))
+		}
+	}
+	train := readJSONL[task](t, filepath.Join(dirs[0], "train.jsonl"))
+	val := readJSONL[task](t, filepath.Join(dirs[0], "val.jsonl"))
+	if len(train) != 300 || len(val) != 50 {
+		t.Fatalf("%d train, %d val tasks", len(train), len(val))
+	}
+	seen := map[string]bool{}
+	for _, x := range train {
+		seen[x.ID] = true
+	}
+	for _, x := range append(train, val...) {
+		if got := eval(t, x.Expression); got != x.Answer {
+			t.Errorf("%s: %s = %d, task says %d", x.ID, x.Expression, got, x.Answer)
+		}
+	}
+	for _, x := range val {
+		if seen[x.ID] {
+			t.Errorf("val task %s is also a train task", x.ID)
+		}
+	}
+	type demo struct {
+		Messages []struct {
+			Role      string            `json:"role"`
+			Content   string            `json:"content"`
+			ToolCalls []json.RawMessage `json:"tool_calls"`
+		} `json:"messages"`
+	}
+	demos := readJSONL[demo](t, filepath.Join(dirs[0], "sft.jsonl"))
+	tool := 0
+	for _, d := range demos {
+		if len(d.Messages) == 5 && len(d.Messages[2].ToolCalls) == 1 {
+			tool++
+		} else if len(d.Messages) != 3 || !strings.HasPrefix(d.Messages[2].Content, "The answer is ") {
+			t.Fatalf("demo neither a calculator call nor an answer from memory: %+v", d)
+		}
+	}
+	if share := float64(tool) / float64(len(demos)); share < 0.3 || share > 0.5 {
+		t.Errorf("calculator share %.2f of %d demos, want about 0.4", share, len(demos))
+	}
+}
+
+func eval(t *testing.T, expr string) int {
+	for _, op := range []string{"+", "-", "*"} {
+		if a, b, ok := strings.Cut(expr, op); ok {
+			x, err1 := strconv.Atoi(a)
+			y, err2 := strconv.Atoi(b)
+			if err1 != nil || err2 != nil {
+				break
+			}
+			switch op {
+			case "+":
+				return x + y
+			case "-":
+				return x - y
+			default:
+				return x * y
+			}
+		}
+	}
+	t.Fatalf("expression %q", expr)
+	return 0
+}
+
+// script answers one Chat Completions request of a conversation.
+type script func(req map[string]any) map[string]any
+
+func toolCall(expr string) map[string]any {
+	args, _ := json.Marshal(map[string]string{"expression": expr})
+	return map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
+		"id": "call_1", "type": "function", "function": map[string]any{"name": "calculator", "arguments": string(args)}}}}
+}
+
+func text(s string) map[string]any { return map[string]any{"role": "assistant", "content": s} }
+
+// TestHarnessRewards runs harness.py against a loopback server speaking the
+// Chat Completions wire format and checks the reward it writes and what it
+// sends (tools, the tool result).
+func TestHarnessRewards(t *testing.T) {
+	py := python(t)
+	tk := `{"question":"What is 12 times 3?","expression":"12*3","answer":36}`
+	cases := []struct {
+		name    string
+		replies []map[string]any
+		want    string
+	}{
+		{"tool then right number", []map[string]any{toolCall("12*3"), text("36")}, "1.0"},
+		{"right number from memory", []map[string]any{text("The answer is 36.")}, "1.0"},
+		{"tool then wrong number", []map[string]any{toolCall("12*3"), text("35")}, "0.2"},
+		{"malformed tool call, then right number", []map[string]any{toolCall("import os"), text("36")}, "1.0"},
+		{"malformed tool call only", []map[string]any{toolCall("12**3**99"), text("no idea")}, "0.0"},
+		{"wrong number from memory", []map[string]any{text("The answer is 38.")}, "0.0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var reqs []map[string]any
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer k" {
+					http.Error(w, `{"error":{"message":"bad path or key"}}`, http.StatusUnauthorized)
+					return
+				}
+				var req map[string]any
+				if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				mu.Lock()
+				n := len(reqs)
+				reqs = append(reqs, req)
+				mu.Unlock()
+				if n >= len(tc.replies) {
+					http.Error(w, `{"error":{"message":"unexpected call"}}`, http.StatusBadRequest)
+					return
+				}
+				finish := "stop"
+				if tc.replies[n]["tool_calls"] != nil {
+					finish = "tool_calls"
+				}
+				json.NewEncoder(w).Encode(map[string]any{"id": fmt.Sprint("chatcmpl-", n), "object": "chat.completion",
+					"model": req["model"], "choices": []any{map[string]any{"index": 0, "message": tc.replies[n], "finish_reason": finish}}})
+			}))
+			defer srv.Close()
+			rf := filepath.Join(t.TempDir(), "reward")
+			cmd := exec.Command(py, "harness.py")
+			cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+srv.URL+"/v1", "OPENAI_API_KEY=k", "AGL_TASK="+tk, "AGL_REWARD_FILE="+rf)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("harness: %v\n%s", err, out)
+			}
+			got, err := os.ReadFile(rf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("reward %q, want %q", got, tc.want)
+			}
+			if len(reqs) != len(tc.replies) {
+				t.Fatalf("%d calls, want %d", len(reqs), len(tc.replies))
+			}
+			if tools, _ := reqs[0]["tools"].([]any); len(tools) != 1 {
+				t.Errorf("tools sent: %v", reqs[0]["tools"])
+			}
+			if len(reqs) > 1 {
+				msgs := reqs[1]["messages"].([]any)
+				last := msgs[len(msgs)-1].(map[string]any)
+				if last["role"] != "tool" || last["tool_call_id"] != "call_1" {
+					t.Errorf("second call ends with %v, want the tool result", last)
+				}
+				if tc.name == "tool then right number" && last["content"] != "36" {
+					t.Errorf("tool result %v, want 36", last["content"])
+				}
+			}
+		})
+	}
+}
