@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/aglrl/agl/internal/fastjson"
 )
 
 // errorStyle says which API's error body a route answers with.
@@ -109,11 +111,11 @@ func errorBody(style errorStyle, e *apiError) []byte {
 		b = append(b, `{"type":"error","error":{"type":`...)
 		b = strconv.AppendQuote(b, anthropicType(e.Status))
 		b = append(b, `,"message":`...)
-		b = appendJSONString(b, e.Message)
+		b = fastjson.AppendString(b, e.Message)
 		return append(b, "}}"...)
 	}
 	b = append(b, `{"error":{"message":`...)
-	b = appendJSONString(b, e.Message)
+	b = fastjson.AppendString(b, e.Message)
 	b = append(b, `,"type":`...)
 	b = strconv.AppendQuote(b, openAIType(e.Status))
 	b = append(b, `,"param":`...)
@@ -137,34 +139,5 @@ func appendNullableString(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)
 	}
-	return appendJSONString(b, s)
-}
-
-// appendJSONString appends s as a JSON string literal.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return fastjson.AppendString(b, s)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/internal/fastjson"
 )
 
 // appendModelCall appends mc as JSON, exactly as json.Marshal would shape
@@ -16,11 +17,11 @@ import (
 // hot path.
 func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 	b = append(b, `{"call_id":`...)
-	b = appendJSONString(b, mc.CallID)
+	b = fastjson.AppendString(b, mc.CallID)
 	b = append(b, `,"api":`...)
-	b = appendJSONString(b, mc.API)
+	b = fastjson.AppendString(b, mc.API)
 	b = append(b, `,"model":`...)
-	b = appendJSONString(b, mc.Model)
+	b = fastjson.AppendString(b, mc.Model)
 	b = append(b, `,"model_version":`...)
 	b = strconv.AppendInt(b, mc.ModelVersion, 10)
 	if len(mc.PromptIDs) > 0 {
@@ -46,13 +47,13 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 	}
 	if mc.FinishReason != "" {
 		b = append(b, `,"finish_reason":`...)
-		b = appendJSONString(b, mc.FinishReason)
+		b = fastjson.AppendString(b, mc.FinishReason)
 	}
 	b = append(b, `,"continued":`...)
 	b = strconv.AppendBool(b, mc.Continued)
 	if mc.RenderReason != "" {
 		b = append(b, `,"render_reason":`...)
-		b = appendJSONString(b, mc.RenderReason)
+		b = fastjson.AppendString(b, mc.RenderReason)
 	}
 	for _, f := range [...]struct {
 		key string

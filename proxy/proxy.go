@@ -51,6 +51,7 @@ import (
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/engine/upstream"
+	"github.com/aglrl/agl/internal/fastjson"
 	"github.com/aglrl/agl/store"
 )
 
@@ -774,17 +775,17 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request, t Target) {
 	var b []byte
 	if anth {
 		b = append(b, `{"data":[{"type":"model","id":`...)
-		b = appendJSONString(b, name)
+		b = fastjson.AppendString(b, name)
 		b = append(b, `,"display_name":`...)
-		b = appendJSONString(b, name)
+		b = fastjson.AppendString(b, name)
 		b = append(b, `,"created_at":"1970-01-01T00:00:00Z"}],"has_more":false,"first_id":`...)
-		b = appendJSONString(b, name)
+		b = fastjson.AppendString(b, name)
 		b = append(b, `,"last_id":`...)
-		b = appendJSONString(b, name)
+		b = fastjson.AppendString(b, name)
 		b = append(b, '}')
 	} else {
 		b = append(b, `{"object":"list","data":[{"id":`...)
-		b = appendJSONString(b, name)
+		b = fastjson.AppendString(b, name)
 		b = append(b, `,"object":"model","created":0,"owned_by":"agl"}]}`...)
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/internal/fastjson"
 )
 
 // OpenAI Responses ⇄ chat.Conversation. The gateway keeps no server-side
@@ -287,7 +288,7 @@ const customParams = `{"type":"object","properties":{"input":{"type":"string"}},
 
 // customArgs wraps a freeform tool's input as function arguments.
 func customArgs(input string) string {
-	return string(appendJSONString([]byte(`{"input":`), input)) + "}"
+	return string(fastjson.AppendString([]byte(`{"input":`), input)) + "}"
 }
 
 // customInput unwraps a freeform tool call's input from its arguments.
