@@ -21,7 +21,6 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -297,13 +296,5 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	default:
 		log.Error("dashboard view failed", "err", err)
 	}
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
+	api.WriteJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
 }

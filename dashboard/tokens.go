@@ -64,7 +64,7 @@ func (d *Dashboard) tokens(w http.ResponseWriter, r *http.Request) error {
 		}
 		v.Samples, v.Excluded = TokenSamples(ro, aid, evs, d.opt.Tokenizer)
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 	return nil
 }
 

@@ -132,7 +132,7 @@ func (d *Dashboard) rollouts(w http.ResponseWriter, r *http.Request) error {
 			Step: ro.Step, Reward: ro.Reward, NumAttempts: ro.NumAttempts, Error: ro.Error, Task: preview(ro.Task, 160),
 			CreatedAt: ro.CreatedAt, UpdatedAt: ro.UpdatedAt}
 	}
-	writeJSON(w, http.StatusOK, page)
+	api.WriteJSON(w, http.StatusOK, page)
 	return nil
 }
 
@@ -194,7 +194,7 @@ func (d *Dashboard) rollout(w http.ResponseWriter, r *http.Request) error {
 		}
 		v.Calls = Conversation(calls)
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -216,7 +216,7 @@ func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -246,7 +246,7 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) error {
 	if v.Workers, err = d.opt.Store.Workers(r.Context(), now.Add(-win)); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 	return nil
 }
 
@@ -286,6 +286,6 @@ func (d *Dashboard) train(w http.ResponseWriter, r *http.Request) error {
 	if v.Models, err = d.opt.Store.ListModels(r.Context(), ""); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, v)
+	api.WriteJSON(w, http.StatusOK, v)
 	return nil
 }

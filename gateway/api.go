@@ -97,7 +97,7 @@ func (s *Server) authorize(a access, r *http.Request) error {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.opt.Version})
+	api.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.opt.Version})
 	return nil
 }
 
@@ -106,7 +106,7 @@ func (s *Server) gatewayStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, st)
+	api.WriteJSON(w, http.StatusOK, st)
 	return nil
 }
 
@@ -175,7 +175,7 @@ func (s *Server) createRollouts(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.RolloutsResponse{Rollouts: rs})
+	api.WriteJSON(w, http.StatusOK, api.RolloutsResponse{Rollouts: rs})
 	return nil
 }
 
@@ -232,7 +232,7 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 	if rs == nil {
 		rs = []store.Rollout{}
 	}
-	writeJSON(w, http.StatusOK, api.RolloutsResponse{Rollouts: rs, NextCursor: next})
+	api.WriteJSON(w, http.StatusOK, api.RolloutsResponse{Rollouts: rs, NextCursor: next})
 	return nil
 }
 
@@ -269,7 +269,7 @@ func (s *Server) getRollout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, ro)
+	api.WriteJSON(w, http.StatusOK, ro)
 	return nil
 }
 
@@ -285,7 +285,7 @@ func (s *Server) cancelRollout(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.changes.broadcast()
-	writeJSON(w, http.StatusOK, ro)
+	api.WriteJSON(w, http.StatusOK, ro)
 	return nil
 }
 
@@ -308,7 +308,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.EventsResponse{Events: evs})
+	api.WriteJSON(w, http.StatusOK, api.EventsResponse{Events: evs})
 	return nil
 }
 
@@ -327,7 +327,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, c)
+	api.WriteJSON(w, http.StatusOK, c)
 	return nil
 }
 
@@ -336,7 +336,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, a)
+	api.WriteJSON(w, http.StatusOK, a)
 	return nil
 }
 
@@ -350,7 +350,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.changes.broadcast()
-	writeJSON(w, http.StatusOK, ro)
+	api.WriteJSON(w, http.StatusOK, ro)
 	return nil
 }
 
@@ -366,7 +366,7 @@ func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.EventsResponse{Events: evs})
+	api.WriteJSON(w, http.StatusOK, api.EventsResponse{Events: evs})
 	return nil
 }
 
@@ -394,7 +394,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 			if len(rs) > 0 {
 				next = rs[len(rs)-1].TerminalSeq
 			}
-			writeJSON(w, http.StatusOK, api.RolloutsResponse{Rollouts: rs, NextCursor: next})
+			api.WriteJSON(w, http.StatusOK, api.RolloutsResponse{Rollouts: rs, NextCursor: next})
 			return nil
 		}
 		// Wake on a local change, or poll for changes by other replicas.
@@ -419,7 +419,7 @@ func (s *Server) registerModel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, m)
+	api.WriteJSON(w, http.StatusOK, m)
 	return nil
 }
 
@@ -428,7 +428,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.ModelsResponse{Models: ms})
+	api.WriteJSON(w, http.StatusOK, api.ModelsResponse{Models: ms})
 	return nil
 }
 
@@ -449,6 +449,6 @@ func (s *Server) listTrainSteps(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.TrainStepsResponse{Steps: steps})
+	api.WriteJSON(w, http.StatusOK, api.TrainStepsResponse{Steps: steps})
 	return nil
 }

@@ -49,15 +49,7 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 	default:
 		log.Error("request failed", "err", err)
 	}
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
+	api.WriteJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
 }
 
 // decode reads a JSON body into v strictly: unknown fields, trailing data,
