@@ -25,7 +25,7 @@ func decodeChatFast(body []byte, r *ccRequest) bool {
 		case -1:
 			return o.OK() && s.End()
 		case 0:
-			ok = fjString(s, &r.Model)
+			ok = s.StringOrNull(&r.Model)
 		case 1:
 			ok = fjMessages(s, &r.Messages)
 		case 2:
@@ -68,7 +68,7 @@ func decodeChatFast(body []byte, r *ccRequest) bool {
 				r.ResponseFormat = &struct {
 					Type string `json:"type"`
 				}{}
-				ok = fjObject(s, func(k int) bool { return fjString(s, &r.ResponseFormat.Type) }, "type")
+				ok = fjObject(s, func(k int) bool { return s.StringOrNull(&r.ResponseFormat.Type) }, "type")
 			}
 		case 16:
 			ok = fjBool(s, &r.Logprobs)
@@ -133,15 +133,6 @@ func fjArray(s *fastjson.Scanner, elem func() bool) (isArray, ok bool) {
 	return true, a.OK()
 }
 
-func fjString(s *fastjson.Scanner, v *string) bool {
-	if s.Null() {
-		return true
-	}
-	var ok bool
-	*v, ok = s.String()
-	return ok
-}
-
 func fjBool(s *fastjson.Scanner, v *bool) bool {
 	if s.Null() {
 		return true
@@ -183,7 +174,7 @@ func fjStrings(s *fastjson.Scanner) ([]string, bool) {
 	out := []string{}
 	isArray, ok := fjArray(s, func() bool {
 		var v string
-		ok := fjString(s, &v)
+		ok := s.StringOrNull(&v)
 		out = append(out, v)
 		return ok
 	})
@@ -207,17 +198,17 @@ func fjMessages(s *fastjson.Scanner, out *[]ccMessage) bool {
 		return fjObject(s, func(k int) bool {
 			switch k {
 			case 0:
-				return fjString(s, &m.Role)
+				return s.StringOrNull(&m.Role)
 			case 1:
 				return fjRaw(s, &m.Content)
 			case 2:
-				return fjString(s, &m.Name)
+				return s.StringOrNull(&m.Name)
 			case 3:
 				return fjToolCalls(s, &m.ToolCalls)
 			case 4:
-				return fjString(s, &m.ToolCallID)
+				return s.StringOrNull(&m.ToolCallID)
 			case 5:
-				return fjString(s, &m.ReasoningContent)
+				return s.StringOrNull(&m.ReasoningContent)
 			case 6:
 				return fjRaw(s, &m.FunctionCall)
 			default:
@@ -245,15 +236,15 @@ func fjToolCalls(s *fastjson.Scanner, out *[]ccToolCall) bool {
 				tc.Index, ok = fjIntPtr(s)
 				return ok
 			case 1:
-				return fjString(s, &tc.ID)
+				return s.StringOrNull(&tc.ID)
 			case 2:
-				return fjString(s, &tc.Type)
+				return s.StringOrNull(&tc.Type)
 			default:
 				return fjObject(s, func(k int) bool {
 					if k == 0 {
-						return fjString(s, &tc.Function.Name)
+						return s.StringOrNull(&tc.Function.Name)
 					}
-					return fjString(s, &tc.Function.Arguments)
+					return s.StringOrNull(&tc.Function.Arguments)
 				}, "name", "arguments")
 			}
 		}, "index", "id", "type", "function")
@@ -273,14 +264,14 @@ func fjTools(s *fastjson.Scanner, out *[]ccTool) bool {
 		t := &ts[len(ts)-1]
 		return fjObject(s, func(k int) bool {
 			if k == 0 {
-				return fjString(s, &t.Type)
+				return s.StringOrNull(&t.Type)
 			}
 			return fjObject(s, func(k int) bool {
 				switch k {
 				case 0:
-					return fjString(s, &t.Function.Name)
+					return s.StringOrNull(&t.Function.Name)
 				case 1:
-					return fjString(s, &t.Function.Description)
+					return s.StringOrNull(&t.Function.Description)
 				default:
 					return fjRaw(s, &t.Function.Parameters)
 				}

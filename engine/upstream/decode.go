@@ -17,7 +17,7 @@ func decodeAnswer(data []byte, r *wireResponse) bool {
 		case -1:
 			return o.OK() && s.End()
 		case 0:
-			ok = str(s, &r.Model)
+			ok = s.StringOrNull(&r.Model)
 		case 1:
 			r.PromptTokenIDs, ok = ids(s)
 		case 2:
@@ -29,16 +29,6 @@ func decodeAnswer(data []byte, r *wireResponse) bool {
 			return false
 		}
 	}
-}
-
-// str reads a string or null (which leaves *v alone).
-func str(s *fastjson.Scanner, v *string) bool {
-	if s.Null() {
-		return true
-	}
-	var ok bool
-	*v, ok = s.String()
-	return ok
 }
 
 func integer(s *fastjson.Scanner, v *int) bool {
@@ -150,9 +140,9 @@ func choice(s *fastjson.Scanner, c *wireChoice) bool {
 		case 0:
 			ok = message(s, c)
 		case 1:
-			ok = str(s, &c.Text)
+			ok = s.StringOrNull(&c.Text)
 		case 2:
-			ok = str(s, &c.FinishReason)
+			ok = s.StringOrNull(&c.FinishReason)
 		case 3:
 			c.TokenIDs, ok = ids(s)
 		case 4:
@@ -186,9 +176,9 @@ func message(s *fastjson.Scanner, c *wireChoice) bool {
 				m.Content = &v
 			}
 		case 1:
-			ok = str(s, &m.ReasoningContent)
+			ok = s.StringOrNull(&m.ReasoningContent)
 		case 2:
-			ok = str(s, &m.Reasoning)
+			ok = s.StringOrNull(&m.Reasoning)
 		case 3:
 			m.ToolCalls, ok = toolCalls(s)
 		}
@@ -223,9 +213,9 @@ func toolCalls(s *fastjson.Scanner) ([]wireToolCall, bool) {
 					}
 					break fields
 				case 0:
-					ok = str(s, &tc.ID)
+					ok = s.StringOrNull(&tc.ID)
 				case 1:
-					ok = str(s, &tc.Type)
+					ok = s.StringOrNull(&tc.Type)
 				case 2:
 					ok = function(s, &tc)
 				}
@@ -252,9 +242,9 @@ func function(s *fastjson.Scanner, tc *wireToolCall) bool {
 		case -1:
 			return o.OK()
 		case 0:
-			ok = str(s, &tc.Function.Name)
+			ok = s.StringOrNull(&tc.Function.Name)
 		case 1:
-			ok = str(s, &tc.Function.Arguments)
+			ok = s.StringOrNull(&tc.Function.Arguments)
 		}
 		if !ok {
 			return false

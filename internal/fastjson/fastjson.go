@@ -182,6 +182,16 @@ func (s *Scanner) String() (string, bool) {
 	return string(b), ok
 }
 
+// StringOrNull reads a string into *v, or null, which leaves *v alone.
+func (s *Scanner) StringOrNull(v *string) bool {
+	if s.Null() {
+		return true
+	}
+	var ok bool
+	*v, ok = s.String()
+	return ok
+}
+
 // str reads a string, unescaped; without escapes it returns a slice of the
 // input (buf unused).
 func (s *Scanner) str(buf []byte) ([]byte, bool) {
