@@ -11,9 +11,10 @@
 //
 // # Backends and speed
 //
-// The default backend is GoMLX's pure-Go one with sequential op scheduling
-// (DefaultBackend; its parallel scheduler was seen to hang). Matrix
-// multiplications still use all cores. Build with GOEXPERIMENT=simd (Go
+// The default backend is GoMLX's pure-Go one: generation schedules ops
+// sequentially (DefaultBackend), training runs independent ops in parallel
+// on an oversized worker pool (TrainBackend; the default pool size can
+// deadlock). Matrix multiplications use all cores either way. Build with GOEXPERIMENT=simd (Go
 // 1.26) for its AVX2/AVX-512 kernels: 3-7x faster training and decoding.
 // The backend is configurable per Model ("xla:cuda" where a PJRT plugin is
 // installed), or through $GOMLX_BACKEND.

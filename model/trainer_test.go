@@ -2,9 +2,11 @@ package model
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/aglrl/agl/samples"
 	"github.com/gomlx/compute"
@@ -371,4 +373,82 @@ func mustUpload(t *testing.T, m *Model, w *Weights) *DeviceWeights {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestTrainBackendMatchesSequential trains the same model on TrainBackend
+// (ops in parallel) and on the sequential DefaultBackend: every step's loss
+// and the final weights agree. The 1m preset's batch is wide enough for
+// several matrix multiplications to fan out at once, which is how the
+// parallel executor's default pool deadlocked; a hang fails the test at its
+// deadline instead of stalling the suite.
+func TestTrainBackendMatchesSequential(t *testing.T) {
+	cfg, err := Preset("1m", 265)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewRandom(cfg, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	b := &Batch{}
+	for range 8 {
+		ids, wt := make([]int32, 96), make([]float32, 96)
+		for j := range ids {
+			ids[j] = int32(rng.IntN(265))
+			wt[j] = 1.0 / 768
+		}
+		b.IDs, b.Weights = append(b.IDs, ids), append(b.Weights, wt)
+	}
+	train := func(backend string) ([]float64, *Weights) {
+		m, err := New(cfg, backend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := NewTrainer(m, w, DefaultAdamW())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var losses []float64
+		for range 6 {
+			st, err := tr.StepSFT(context.Background(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			losses = append(losses, st.Loss)
+		}
+		out, err := tr.Weights()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return losses, out
+	}
+	done := make(chan struct{})
+	var par, seq []float64
+	var wp, ws *Weights
+	go func() {
+		defer close(done)
+		par, wp = train(TrainBackend(""))
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		panic(fmt.Sprintf("training on %q hung: 6 steps did not finish in 3 minutes", TrainBackend("")))
+	}
+	seq, ws = train(DefaultBackend)
+	for i := range seq {
+		if math.Abs(par[i]-seq[i]) > 1e-5*max(1, math.Abs(seq[i])) {
+			t.Errorf("step %d loss: parallel %v, sequential %v", i+1, par[i], seq[i])
+		}
+	}
+	if par[len(par)-1] >= par[0] {
+		t.Errorf("loss did not fall: %v", par)
+	}
+	for i := range ws.Tensors {
+		for j := range ws.Tensors[i].Data {
+			if d := math.Abs(float64(wp.Tensors[i].Data[j] - ws.Tensors[i].Data[j])); d > 1e-5 {
+				t.Fatalf("tensor %d[%d]: parallel %v, sequential %v", i, j, wp.Tensors[i].Data[j], ws.Tensors[i].Data[j])
+			}
+		}
+	}
 }

@@ -19,7 +19,8 @@ import (
 type engineConfig struct {
 	// ModelDir holds config.json, model.safetensors, tokenizer.json.
 	ModelDir string `yaml:"model_dir"`
-	// Backend is the GoMLX backend ("" = go:ops_sequential; "xla:cuda").
+	// Backend is the GoMLX backend for generation and training ("": the
+	// pure-Go one, model.DefaultBackend and model.TrainBackend; "xla:cuda").
 	Backend  string `yaml:"backend"`
 	Name     string `yaml:"name"`
 	MaxBatch int    `yaml:"max_batch"`

@@ -35,8 +35,9 @@ func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
 	clip := fs.Float64("clip", 1, "global gradient-norm clip (0: off)")
 	warmup := fs.Int("warmup", 0, "linear learning-rate warmup steps")
 	seed := fs.Uint64("seed", 1, "data order seed")
-	backend := fs.String("backend", "", "GoMLX backend (default "+model.DefaultBackend+"; e.g. xla:cuda)")
+	backend := fs.String("backend", "", "GoMLX backend (default: the pure-Go one, ops in parallel; e.g. xla:cuda)")
 	every := fs.Int("log-every", 0, "status line every N steps (default: about 20 lines)")
+	saveEvery := fs.Int("save-every", 100, "write the checkpoint to --out every N steps (0: only at the end); an interrupt (Ctrl-C) also saves the steps done")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,7 +58,7 @@ func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.New(w.Config, *backend)
+	m, err := model.New(w.Config, model.TrainBackend(*backend))
 	if err != nil {
 		return err
 	}
@@ -75,18 +76,34 @@ func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
 		logEvery = max(1, total/20)
 	}
 	fmt.Fprintf(stdout, "sft: %d conversations, %d steps of %d, model %s parameters\n", len(examples), total, *batchSize, human(w.Config.NumParams()))
+	save := func() error {
+		if err := tr.SaveCheckpoint(*out); err != nil {
+			return err
+		}
+		return copyTokenizerFiles(*modelDir, *out)
+	}
+	var saveErr error
 	last, err := model.SFT(ctx, tr, examples, o, func(p model.SFTProgress) {
 		if p.Step%logEvery == 0 || p.Step == p.Steps {
 			fmt.Fprintln(stdout, progressLine(p))
 		}
+		if *saveEvery > 0 && p.Step%*saveEvery == 0 && p.Step < p.Steps && saveErr == nil {
+			saveErr = save()
+		}
 	})
+	if saveErr != nil {
+		return fmt.Errorf("sft: checkpoint: %w", saveErr)
+	}
 	if err != nil {
+		if ctx.Err() != nil && last.Step > 0 {
+			if serr := save(); serr != nil {
+				return fmt.Errorf("sft: interrupted at step %d/%d, and the checkpoint failed: %w", last.Step, last.Steps, serr)
+			}
+			return fmt.Errorf("sft: interrupted at step %d/%d (loss %.4f); checkpoint of the steps done in %s", last.Step, last.Steps, last.Loss, *out)
+		}
 		return fmt.Errorf("sft: %w", err)
 	}
-	if err := tr.SaveCheckpoint(*out); err != nil {
-		return err
-	}
-	if err := copyTokenizerFiles(*modelDir, *out); err != nil {
+	if err := save(); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "sft: done, loss %.4f, checkpoint in %s\n", last.Loss, *out)

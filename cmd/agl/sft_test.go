@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -127,5 +128,82 @@ func TestModelInitPresetAndErrors(t *testing.T) {
 		if err := runSFT(ctx, args, &out); err == nil {
 			t.Errorf("runSFT %q: no error", args)
 		}
+	}
+}
+
+// cancelAt is an io.Writer for runSFT's output that cancels a context when
+// a line containing mark is written, after running check (if any).
+type cancelAt struct {
+	mark   string
+	cancel context.CancelFunc
+	check  func(line string)
+	buf    bytes.Buffer
+}
+
+func (c *cancelAt) Write(p []byte) (int, error) {
+	c.buf.Write(p)
+	if c.check != nil {
+		c.check(string(p))
+	}
+	if strings.Contains(string(p), c.mark) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// TestSFTCheckpointsEveryAndOnInterrupt: --save-every writes the checkpoint
+// during the run, and an interrupt saves the steps done (a long warm start
+// stopped with Ctrl-C loses nothing) and says so in its error.
+func TestSFTCheckpointsEveryAndOnInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	init, data, out := filepath.Join(dir, "init"), filepath.Join(dir, "d.jsonl"), filepath.Join(dir, "sft")
+	if err := runModel(context.Background(), []string{"init", "--preset", "tiny", "--out", init}, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	for i := range 64 {
+		b, _ := json.Marshal(chat.Conversation{Messages: []chat.Message{
+			{Role: chat.RoleUser, Content: strconv.Itoa(i)}, {Role: chat.RoleAssistant, Content: strconv.Itoa(i)}}})
+		sb.Write(append(b, '\n'))
+	}
+	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	step := func() int64 {
+		w, err := model.Load(out)
+		if err != nil {
+			t.Fatalf("no checkpoint in %s: %v", out, err)
+		}
+		m, err := model.New(w.Config, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := model.LoadTrainer(m, out, model.DefaultAdamW())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Step()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sawSaved := false
+	w := &cancelAt{mark: " 6/10 ", cancel: cancel, check: func(line string) {
+		if strings.Contains(line, " 5/10 ") {
+			sawSaved = step() == 4 // saved at step 4, not yet at 5
+		}
+	}}
+	err := runSFT(ctx, []string{"--model", init, "--data", data, "--out", out, "--steps", "10", "--batch-size", "8",
+		"--log-every", "1", "--save-every", "4"}, w)
+	if err == nil || !strings.Contains(err.Error(), "interrupted at step 6/10") {
+		t.Fatalf("err = %v, want an interrupt at step 6/10\n%s", err, w.buf.String())
+	}
+	if !sawSaved {
+		t.Error("no checkpoint of step 4 while step 5 was reported (--save-every 4)")
+	}
+	if got := step(); got != 6 {
+		t.Errorf("checkpoint after the interrupt has step %d, want 6", got)
+	}
+	if _, err := os.Stat(filepath.Join(out, "tokenizer.json")); err != nil {
+		t.Errorf("checkpoint is not a usable model directory: %v", err)
 	}
 }

@@ -151,15 +151,21 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m, err := model.New(w.Config, ec.Backend)
+	// Training and generation compile the model on their own backends
+	// (model.TrainBackend runs ops in parallel; decoding is faster without).
+	tm, err := model.New(w.Config, model.TrainBackend(ec.Backend))
+	if err != nil {
+		return err
+	}
+	gm, err := model.New(w.Config, ec.Backend)
 	if err != nil {
 		return err
 	}
 	var tr *model.Trainer
 	if *resume {
-		tr, err = model.LoadTrainer(m, ckpt, opt)
+		tr, err = model.LoadTrainer(tm, ckpt, opt)
 	} else {
-		tr, err = model.NewTrainer(m, w, opt)
+		tr, err = model.NewTrainer(tm, w, opt)
 	}
 	if err != nil {
 		return err
@@ -168,7 +174,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	if name == "" {
 		name = "agl"
 	}
-	eng, err := model.NewEngine(m, w, state.Version, model.EngineOptions{Name: name, MaxBatch: ec.MaxBatch})
+	eng, err := model.NewEngine(gm, w, state.Version, model.EngineOptions{Name: name, MaxBatch: ec.MaxBatch})
 	if err != nil {
 		return err
 	}
