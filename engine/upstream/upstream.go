@@ -59,7 +59,9 @@ type Config struct {
 	// header within MaxBackoff is honoured.
 	Backoff    time.Duration `json:"backoff,omitempty" yaml:"backoff,omitempty"`
 	MaxBackoff time.Duration `json:"max_backoff,omitempty" yaml:"max_backoff,omitempty"`
-	// HTTPClient, if set, replaces the default pooled client.
+	// HTTPClient, if set, carries every call. By default http:// endpoints
+	// are called with agl's own HTTP/1.1 client and https:// ones with a
+	// pooled net/http client.
 	HTTPClient *http.Client `json:"-" yaml:"-"`
 }
 
@@ -67,6 +69,7 @@ type Config struct {
 type Client struct {
 	cfg    Config
 	hc     *http.Client
+	h1     *h1Client // nil when Config.HTTPClient is set
 	models map[string]*model
 	def    *model
 }
@@ -108,6 +111,7 @@ func New(cfg Config) (*Client, error) {
 			IdleConnTimeout:     90 * time.Second,
 		}
 		c.hc = &http.Client{Transport: tr}
+		c.h1 = newH1Client()
 	}
 	for i, m := range cfg.Models {
 		if m.Name == "" {
@@ -287,6 +291,11 @@ const maxResponseBytes = 256 << 20
 func (c *Client) once(ctx context.Context, url, key string, body []byte) (out []byte, status int, retryAfter time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	if c.h1 != nil {
+		if t, ok := parseH1(url); ok {
+			return c.h1.post(ctx, t, key, body)
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, 0, err
