@@ -28,8 +28,11 @@ const (
 type ChatMLOptions struct {
 	// CompactTools renders tool definitions one line per tool,
 	// "name(arg: type, opt?: type) - description", for small models,
-	// instead of Qwen's JSON schemas inside <tools></tools>. Tool calls
-	// and tool results look the same in both.
+	// instead of Qwen's JSON schemas inside <tools></tools>, and leaves out
+	// the instructions on the call format (a model trained from scratch
+	// learns it from demonstrations; those ~70 tokens were a fifth of a
+	// calc example's sequence). Tool calls and tool results look the same
+	// in both.
 	CompactTools bool
 	// DisableThinking is Qwen3's enable_thinking=false: the generation
 	// prompt ends with an empty "<think>\n\n</think>\n\n" block, and
@@ -323,20 +326,17 @@ const qwenToolsIntro = "# Tools\n\nYou may call one or more functions to assist 
 
 const qwenToolsOutro = "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
 
-const compactToolsOutro = "Call a tool with:\n<tool_call>\n{\"name\": <name>, \"arguments\": <args-json-object>}\n</tool_call>"
-
 func (t *ChatML) renderTools(tools []Tool) (string, error) {
 	var sb strings.Builder
 	if t.opts.CompactTools {
-		sb.WriteString("# Tools\n")
+		sb.WriteString("# Tools")
 		for _, tool := range tools {
 			line, err := compactTool(tool)
 			if err != nil {
 				return "", err
 			}
-			sb.WriteString(line + "\n")
+			sb.WriteString("\n" + line)
 		}
-		sb.WriteString(compactToolsOutro)
 		return sb.String(), nil
 	}
 	sb.WriteString(qwenToolsIntro)

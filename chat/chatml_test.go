@@ -395,8 +395,7 @@ func TestCompactTools(t *testing.T) {
 	}
 	want := "<|im_start|>system\nBe brief.\n\n# Tools\n" +
 		"get_weather(city: string, unit?: \"c\"|\"f\", days?: integer[], x?: string|null, any?: any) - Get the weather.\n" +
-		"now()\n" +
-		"Call a tool with:\n<tool_call>\n{\"name\": <name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" +
+		"now()<|im_end|>\n" +
 		"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 	if got := tmpl.tok.Decode(ids); got != want {
 		t.Errorf("compact render:\n got %q\nwant %q", got, want)

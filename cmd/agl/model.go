@@ -44,6 +44,8 @@ func runModelInit(args []string, stdout io.Writer) error {
 	preset := fs.String("preset", "", "instead of --config, a named size: tiny, 1m, 10m, 30m (Qwen3-style)")
 	out := fs.String("out", "", "output model directory (required)")
 	tokPath := fs.String("tokenizer", "", "tokenizer.json to copy (default: agl's byte tokenizer with chat special tokens)")
+	bpeData := fs.String("bpe-data", "", "instead of --tokenizer, learn a byte-level BPE from this JSONL of conversations (the agl sft format), rendered with the chatml-compact template")
+	merges := fs.Int("bpe-merges", 400, "with --bpe-data: the number of merges (vocabulary = 256 bytes + merges + chat special tokens)")
 	seed := fs.Uint64("seed", 1, "random seed of the initialization")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -51,15 +53,32 @@ func runModelInit(args []string, stdout io.Writer) error {
 	if *out == "" || (*configPath == "") == (*preset == "") {
 		return errors.New("model init: want --out DIR and exactly one of --config FILE or --preset NAME")
 	}
+	if *tokPath != "" && *bpeData != "" {
+		return errors.New("model init: --tokenizer and --bpe-data exclude each other")
+	}
 	// The tokenizer decides the vocabulary.
 	var tok tokenizer.Tokenizer
+	var tokJSON []byte // tokenizer.json to write, when not agl's byte tokenizer
 	var err error
-	if *tokPath != "" {
+	switch {
+	case *tokPath != "":
 		if tok, err = tokenizer.LoadFile(*tokPath); err != nil {
 			return err
 		}
-	} else if tok, err = tokenizer.NewByte(); err != nil {
-		return err
+		if tokJSON, err = os.ReadFile(*tokPath); err != nil {
+			return err
+		}
+	case *bpeData != "":
+		if tokJSON, err = trainBPE(*bpeData, *merges); err != nil {
+			return err
+		}
+		if tok, err = tokenizer.Parse(tokJSON); err != nil {
+			return err
+		}
+	default:
+		if tok, err = tokenizer.NewByte(); err != nil {
+			return err
+		}
 	}
 	var cfg model.Config
 	if *preset != "" {
@@ -81,19 +100,52 @@ func runModelInit(args []string, stdout io.Writer) error {
 	if err := w.Save(*out); err != nil {
 		return err
 	}
-	if *tokPath != "" {
-		data, err := os.ReadFile(*tokPath)
-		if err != nil {
+	switch {
+	case *bpeData != "":
+		if err := tokenizer.SaveFile(filepath.Join(*out, tokenizer.FileName), tokJSON); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(*out, tokenizer.FileName), data, 0o644); err != nil {
+		if err := chat.SaveConfig(*out, chat.Config{Template: chat.TemplateChatMLCompact}); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "learned a byte-level BPE of %d tokens from %s\n", tok.VocabSize(), *bpeData)
+	case *tokPath != "":
+		if err := os.WriteFile(filepath.Join(*out, tokenizer.FileName), tokJSON, 0o644); err != nil {
 			return fmt.Errorf("model init: %w", err)
 		}
-	} else if err := chat.SaveDir(*out, tok, chat.Config{Template: chat.TemplateChatMLCompact}); err != nil {
-		return err
+	default:
+		if err := chat.SaveDir(*out, tok, chat.Config{Template: chat.TemplateChatMLCompact}); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "initialized %s model with %s parameters in %s\n", w.Config.ModelType, human(w.Config.NumParams()), *out)
 	return nil
+}
+
+// trainBPE renders the conversations of a JSONL file with the
+// chatml-compact template and learns a byte-level BPE from the text.
+func trainBPE(path string, merges int) ([]byte, error) {
+	bt, err := tokenizer.NewByte()
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := chat.New(bt, chat.Config{Template: chat.TemplateChatMLCompact})
+	if err != nil {
+		return nil, err
+	}
+	examples, err := readSFTData(path, tmpl, 0)
+	if err != nil {
+		return nil, fmt.Errorf("model init: %w", err)
+	}
+	texts := make([]string, len(examples))
+	for i, ex := range examples {
+		texts[i] = bt.Decode(ex.IDs)
+	}
+	data, err := tokenizer.TrainBPE(texts, merges)
+	if err != nil {
+		return nil, fmt.Errorf("model init: %w", err)
+	}
+	return data, nil
 }
 
 // readInitConfig reads a config.json, filling vocab_size from the tokenizer

@@ -124,6 +124,50 @@ func TestModelInitPresetAndErrors(t *testing.T) {
 			t.Errorf("runModel %q: no error", args)
 		}
 	}
+	// A BPE learned from conversations: a bigger vocabulary, shorter
+	// sequences, and a model directory SFT can use.
+	data := filepath.Join(t.TempDir(), "conv.jsonl")
+	var sb strings.Builder
+	for i := range 50 {
+		b, _ := json.Marshal(chat.Conversation{Messages: []chat.Message{
+			{Role: chat.RoleUser, Content: "What is " + strconv.Itoa(i) + " plus 2?"}, {Role: chat.RoleAssistant, Content: "The answer is " + strconv.Itoa(i+2) + "."}}})
+		sb.Write(append(b, '\n'))
+	}
+	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bdir := filepath.Join(t.TempDir(), "bpe")
+	out.Reset()
+	if err := runModel(ctx, []string{"init", "--preset", "tiny", "--bpe-data", data, "--bpe-merges", "40", "--out", bdir}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`learned a byte-level BPE of (\d+) tokens`).FindStringSubmatch(out.String()); m == nil {
+		t.Errorf("init --bpe-data output: %s", out.String())
+	} else if n, _ := strconv.Atoi(m[1]); n <= 265 || n > 265+40 {
+		t.Errorf("BPE vocabulary %d, want 265 < n ≤ 305 (40 merges at most)", n)
+	}
+	tmpl, err := chat.LoadDir(bdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bex, err := readSFTData(data, tmpl, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byteTmpl, _ := chat.LoadDir(dir)
+	yex, _ := readSFTData(data, byteTmpl, 0)
+	if len(bex[0].IDs)*2 > len(yex[0].IDs) {
+		t.Errorf("BPE sequence %d tokens, byte sequence %d: want under half", len(bex[0].IDs), len(yex[0].IDs))
+	}
+	if err := runSFT(ctx, []string{"--model", bdir, "--data", data, "--out", bdir, "--steps", "2"}, &out); err != nil {
+		t.Errorf("sft on the BPE model: %v", err)
+	}
+	if err := runModel(ctx, []string{"init", "--preset", "tiny", "--bpe-data", data, "--tokenizer", filepath.Join(dir, "tokenizer.json"), "--out", bdir}, &out); err == nil {
+		t.Error("--bpe-data with --tokenizer: no error")
+	}
+	if err := runModel(ctx, []string{"init", "--preset", "tiny", "--bpe-data", "/nonexistent.jsonl", "--out", bdir}, &out); err == nil {
+		t.Error("--bpe-data of a missing file: no error")
+	}
 	for _, args := range [][]string{{}, {"--model", dir, "--data", "/nonexistent.jsonl", "--out", dir}} {
 		if err := runSFT(ctx, args, &out); err == nil {
 			t.Errorf("runSFT %q: no error", args)
