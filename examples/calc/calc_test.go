@@ -56,18 +56,19 @@ func readJSONL[T any](t *testing.T, path string) []T {
 }
 
 // TestMakeData: the generator is deterministic, train and val tasks are
-// disjoint, answers are right, and the demonstrations mix calculator calls
-// with answers from memory in about the configured share.
+// disjoint, answers are right, the skill demonstrations all call the
+// calculator and the habit ones mix calculator calls with answers from
+// memory in about the configured share.
 func TestMakeData(t *testing.T) {
 	py := python(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	for _, d := range dirs {
-		out, err := exec.Command(py, "make_data.py", d, "--train", "300", "--val", "50", "--sft", "400", "--tool-share", "0.4").CombinedOutput()
+		out, err := exec.Command(py, "make_data.py", d, "--train", "300", "--val", "50", "--sft-tool", "200", "--sft-mix", "600", "--tool-share", "0.1", "--times-tool-share", "0.7").CombinedOutput()
 		if err != nil {
 			t.Fatalf("make_data.py: %v\n%s", err, out)
 		}
 	}
-	for _, name := range []string{"train.jsonl", "val.jsonl", "sft.jsonl"} {
+	for _, name := range []string{"train.jsonl", "val.jsonl", "sft_tool.jsonl", "sft_mix.jsonl"} {
 		a, _ := os.ReadFile(filepath.Join(dirs[0], name))
 		b, _ := os.ReadFile(filepath.Join(dirs[1], name))
 		if len(a) == 0 || string(a) != string(b) {
@@ -100,17 +101,36 @@ func TestMakeData(t *testing.T) {
 			ToolCalls []json.RawMessage `json:"tool_calls"`
 		} `json:"messages"`
 	}
-	demos := readJSONL[demo](t, filepath.Join(dirs[0], "sft.jsonl"))
-	tool := 0
-	for _, d := range demos {
-		if len(d.Messages) == 5 && len(d.Messages[2].ToolCalls) == 1 {
-			tool++
-		} else if len(d.Messages) != 3 || !strings.HasPrefix(d.Messages[2].Content, "The answer is ") {
-			t.Fatalf("demo neither a calculator call nor an answer from memory: %+v", d)
+	// count returns how many of a file's demonstrations call the
+	// calculator, for multiplications and for the others; every other one
+	// must answer from memory.
+	count := func(name string) (timesTool, times, otherTool, other int) {
+		demos := readJSONL[demo](t, filepath.Join(dirs[0], name))
+		for _, d := range demos {
+			tool := len(d.Messages) == 5 && len(d.Messages[2].ToolCalls) == 1
+			if !tool && (len(d.Messages) != 3 || !strings.HasPrefix(d.Messages[2].Content, "The answer is ")) {
+				t.Fatalf("%s: demo neither a calculator call nor an answer from memory: %+v", name, d)
+			}
+			n, k := &other, &otherTool
+			if strings.Contains(d.Messages[1].Content, " times ") {
+				n, k = &times, &timesTool
+			}
+			*n++
+			if tool {
+				*k++
+			}
 		}
+		return
 	}
-	if share := float64(tool) / float64(len(demos)); share < 0.3 || share > 0.5 {
-		t.Errorf("calculator share %.2f of %d demos, want about 0.4", share, len(demos))
+	if tt, tn, ot, on := count("sft_tool.jsonl"); tn+on != 200 || tt != tn || ot != on {
+		t.Errorf("sft_tool.jsonl: %d+%d of %d+%d demos call the calculator, want all of 200", tt, ot, tn, on)
+	}
+	tt, tn, ot, on := count("sft_mix.jsonl")
+	if tn+on != 600 || tn < 100 {
+		t.Fatalf("sft_mix.jsonl: %d multiplications, %d others, want 600 with about a third multiplications", tn, on)
+	}
+	if ts, os := float64(tt)/float64(tn), float64(ot)/float64(on); ts < 0.6 || ts > 0.8 || os < 0.05 || os > 0.15 {
+		t.Errorf("sft_mix.jsonl: calculator share %.2f of multiplications (want about 0.7), %.2f of the others (want about 0.1)", ts, os)
 	}
 }
 

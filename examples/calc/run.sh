@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command from a fresh clone: build agl, make the calc data, create a
-# small model, warm-start it with SFT on demonstrations, then train it with RL.
+# small model with a vocabulary learned from the demonstrations, warm-start
+# it with SFT (the skill, then the habit), then train it with RL.
 #   examples/calc/run.sh            (fresh run; removes examples/calc/run)
+# The warm start is kept in examples/calc/work/model; delete it to redo it.
 set -euo pipefail
 cd "$(dirname "$0")"
 export GOEXPERIMENT=${GOEXPERIMENT-simd}
@@ -9,8 +11,15 @@ mkdir -p work
 go build -o work/agl ../../cmd/agl
 python3 make_data.py work
 if [ ! -f work/model/model.safetensors ]; then
-	work/agl model init --preset ${PRESET:-1m} --out work/init
-	work/agl sft --model work/init --data work/sft.jsonl --out work/model --steps ${SFT_STEPS:-320} --batch-size 16 --lr 0.003 --warmup 20
+	cat work/sft_tool.jsonl work/sft_mix.jsonl > work/sft_all.jsonl
+	work/agl model init --preset ${PRESET:-1m} --bpe-data work/sft_all.jsonl --out work/init
+	# The skill: every demonstration calls the calculator, so the model
+	# learns to copy the numbers into the call and the result into its reply.
+	work/agl sft --model work/init --data work/sft_tool.jsonl --out work/skill \
+		--steps ${SKILL_STEPS:-800} --batch-size 16 --lr 0.003 --warmup 20
+	# The habit: mostly answering from memory, which a tiny model gets wrong.
+	work/agl sft --model work/skill --data work/sft_mix.jsonl --out work/model \
+		--steps ${HABIT_STEPS:-60} --batch-size 16 --lr 0.001 --warmup 5
 fi
 rm -rf run
 exec work/agl train agl.yaml "$@"
