@@ -90,7 +90,9 @@ func TestH1KeepAliveAndRequestShape(t *testing.T) {
 	}
 }
 
-func srvURL(r *http.Request) string { return "http://" + r.Context().Value(http.LocalAddrContextKey).(net.Addr).String() }
+func srvURL(r *http.Request) string {
+	return "http://" + r.Context().Value(http.LocalAddrContextKey).(net.Addr).String()
+}
 
 func TestH1ChunkedAndClose(t *testing.T) {
 	srv, conns := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
