@@ -693,7 +693,7 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 	// The event must land even if the client went away: it records tokens
 	// the engine spent.
 	ctx = context.WithoutCancel(ctx)
-	evs := []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data}}
+	evs := []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data, DataValid: true}}
 	var err error
 	if r, ok := p.st.(store.EventRecorder); ok {
 		err = r.RecordEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)

@@ -113,7 +113,7 @@ func ValidateEvents(evs []NewEvent, now time.Time) ([]NewEvent, error) {
 		}
 		if len(e.Data) == 0 {
 			e.Data = json.RawMessage("null")
-		} else if !json.Valid(e.Data) {
+		} else if !e.DataValid && !json.Valid(e.Data) {
 			return nil, Errorf(ErrInvalid, "event %d (%s): data is not valid JSON", i, e.Type)
 		}
 		if e.Time.IsZero() {

@@ -196,6 +196,11 @@ type NewEvent struct {
 	Type string          `json:"type"`
 	Time time.Time       `json:"time,omitempty"`
 	Data json.RawMessage `json:"data"`
+	// DataValid says Data is valid JSON by construction (the gateway's
+	// model_request events: a request body its decoder accepted and
+	// encoders fuzzed against encoding/json), so the store need not check
+	// it again. Never set from decoded input.
+	DataValid bool `json:"-"`
 }
 
 // Model is one registered version of a model's weights.
