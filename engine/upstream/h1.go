@@ -34,7 +34,7 @@ type h1Client struct {
 type h1Conn struct {
 	nc        net.Conn
 	br        *bufio.Reader
-	hdr       []byte // request head, reused
+	hdr       []byte // request buffer, reused
 	addr      string
 	idleSince time.Time
 }
@@ -172,9 +172,16 @@ func (c *h1Client) roundTrip(ctx context.Context, pc *h1Conn, t h1Target, key st
 		h = append(h, key...)
 	}
 	h = append(h, "\r\n\r\n"...)
-	pc.hdr = h
-	bufs := net.Buffers{h, body}
-	if _, err := bufs.WriteTo(pc.nc); err != nil {
+	// One write of head and body, copied together: net.Buffers (writev)
+	// would save the copy but carries no race-detector synchronization,
+	// so a server in the same process would see false races.
+	h = append(h, body...)
+	if cap(h) <= 64<<10 { // idle connections keep small buffers only
+		pc.hdr = h[:0]
+	} else {
+		pc.hdr = nil
+	}
+	if _, err := pc.nc.Write(h); err != nil {
 		if reused {
 			err = fmt.Errorf("%w: %w", errNothingRead, err)
 		}
