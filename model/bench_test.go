@@ -15,7 +15,7 @@ import (
 
 const benchVocab = 265
 
-func benchModel(b *testing.B, preset string) (*Model, *Weights) {
+func benchModel(b *testing.B, preset, backend string) (*Model, *Weights) {
 	cfg, err := Preset(preset, benchVocab)
 	if err != nil {
 		b.Fatal(err)
@@ -24,7 +24,7 @@ func benchModel(b *testing.B, preset string) (*Model, *Weights) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := New(cfg, "")
+	m, err := New(cfg, backend)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func BenchmarkGenerate(b *testing.B) {
 	for _, preset := range []string{"1m", "10m"} {
 		for _, batch := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/batch%d", preset, batch), func(b *testing.B) {
-				m, w := benchModel(b, preset)
+				m, w := benchModel(b, preset, "")
 				e, err := NewEngine(m, w, 1, EngineOptions{MaxBatch: batch, MaxContext: 256, InitialCache: 128})
 				if err != nil {
 					b.Fatal(err)
@@ -80,11 +80,12 @@ func BenchmarkGenerate(b *testing.B) {
 }
 
 // BenchmarkTrain measures training tokens per second (forward, backward and
-// AdamW) on batches of 8 sequences of 128 tokens.
+// AdamW) on batches of 8 sequences of 128 tokens, on the training backend
+// (TrainBackend; $GOMLX_BACKEND overrides it, e.g. go:ops_sequential).
 func BenchmarkTrain(b *testing.B) {
 	for _, preset := range []string{"1m", "10m"} {
 		b.Run(preset, func(b *testing.B) {
-			m, w := benchModel(b, preset)
+			m, w := benchModel(b, preset, TrainBackend(""))
 			tr, err := NewTrainer(m, w, DefaultAdamW())
 			if err != nil {
 				b.Fatal(err)
