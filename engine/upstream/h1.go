@@ -103,6 +103,9 @@ func (c *h1Client) post(ctx context.Context, t h1Target, key string, body []byte
 			pc.nc.Close()
 		}
 		if errors.Is(err, errNothingRead) && attempt == 0 && ctx.Err() == nil {
+			// The server dropped idle connections: the others pooled with
+			// this one are likely gone too, so the retry dials.
+			c.dropIdle(t.addr)
 			continue
 		}
 		return out, status, ra, err
@@ -127,6 +130,17 @@ func (c *h1Client) get(ctx context.Context, addr string) (*h1Conn, bool, error) 
 		return nil, false, err
 	}
 	return &h1Conn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), addr: addr}, false, nil
+}
+
+// dropIdle closes the idle connections to addr.
+func (c *h1Client) dropIdle(addr string) {
+	c.mu.Lock()
+	l := c.idle[addr]
+	delete(c.idle, addr)
+	c.mu.Unlock()
+	for _, pc := range l {
+		pc.nc.Close()
+	}
 }
 
 func (c *h1Client) put(pc *h1Conn) {

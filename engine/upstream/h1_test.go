@@ -231,6 +231,49 @@ func TestH1StaleConnectionResent(t *testing.T) {
 	}
 }
 
+// TestH1ManyStaleConnections: after a server dropped every kept-alive
+// connection, one call still succeeds (the pool is emptied, the resend
+// dials) instead of meeting the next stale connection.
+func TestH1ManyStaleConnections(t *testing.T) {
+	var conns atomic.Int64
+	closeAll := make(chan struct{})
+	url := rawServer(t, func(nc net.Conn, br *bufio.Reader) {
+		conns.Add(1)
+		if readRequest(br) != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // keep the calls concurrent
+		io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		<-closeAll // then drop the idle connection
+	})
+	c := newH1Client()
+	tg := mustTarget(t, url)
+	done := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, _, _, err := c.post(context.Background(), tg, "", []byte("{}"))
+			done <- err
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.idle[tg.addr]); n != 4 {
+		t.Fatalf("%d idle connections, want 4", n)
+	}
+	close(closeAll)
+	time.Sleep(20 * time.Millisecond)
+	out, status, _, err := c.post(context.Background(), tg, "", []byte("{}"))
+	if err != nil || status != 200 || string(out) != "ok" {
+		t.Fatalf("after the server dropped its connections: %d %q %v", status, out, err)
+	}
+	if n := conns.Load(); n != 5 {
+		t.Errorf("%d connections, want 5 (4, then one fresh)", n)
+	}
+}
+
 // TestH1NoResendOnFreshConnection: a fresh connection that fails is an
 // error for the caller's retry policy, not silently sent again.
 func TestH1NoResendOnFreshConnection(t *testing.T) {
