@@ -61,14 +61,14 @@ func decodeChatFast(body []byte, r *ccRequest) bool {
 				r.StreamOptions = &struct {
 					IncludeUsage bool `json:"include_usage"`
 				}{}
-				ok = fjObject(s, func(k int) bool { return fjBool(s, &r.StreamOptions.IncludeUsage) }, "include_usage")
+				ok = s.Fields(func(k int) bool { return fjBool(s, &r.StreamOptions.IncludeUsage) }, "include_usage")
 			}
 		case 15:
 			if !s.Null() {
 				r.ResponseFormat = &struct {
 					Type string `json:"type"`
 				}{}
-				ok = fjObject(s, func(k int) bool { return s.StringOrNull(&r.ResponseFormat.Type) }, "type")
+				ok = s.Fields(func(k int) bool { return s.StringOrNull(&r.ResponseFormat.Type) }, "type")
 			}
 		case 16:
 			ok = fjBool(s, &r.Logprobs)
@@ -95,44 +95,6 @@ func decodeChatFast(body []byte, r *ccRequest) bool {
 	}
 }
 
-// fjObject reads an object (or null) whose keys are among known, calling
-// field for each with the key's index.
-func fjObject(s *fastjson.Scanner, field func(k int) bool, known ...string) bool {
-	if s.Null() {
-		return true
-	}
-	o, ok := s.Object()
-	if !ok {
-		return false
-	}
-	for {
-		k := o.Keys(known...)
-		if k < 0 {
-			return o.OK()
-		}
-		if !field(k) {
-			return false
-		}
-	}
-}
-
-// fjArray reads an array (true, false for null) calling elem per element.
-func fjArray(s *fastjson.Scanner, elem func() bool) (isArray, ok bool) {
-	if s.Null() {
-		return false, true
-	}
-	a, ok := s.Array()
-	if !ok {
-		return false, false
-	}
-	for a.Next() {
-		if !elem() {
-			return true, false
-		}
-	}
-	return true, a.OK()
-}
-
 func fjBool(s *fastjson.Scanner, v *bool) bool {
 	if s.Null() {
 		return true
@@ -146,12 +108,10 @@ func fjIntPtr(s *fastjson.Scanner) (*int, bool) {
 	if s.Null() {
 		return nil, true
 	}
-	n, ok := s.Int(strconvIntSize)
+	n, ok := s.Int(fastjson.IntBits)
 	v := int(n)
 	return &v, ok
 }
-
-const strconvIntSize = 32 << (^uint(0) >> 63)
 
 func fjFloat32Ptr(s *fastjson.Scanner) (*float32, bool) {
 	if s.Null() {
@@ -172,7 +132,7 @@ func fjFloat64Ptr(s *fastjson.Scanner) (*float64, bool) {
 
 func fjStrings(s *fastjson.Scanner) ([]string, bool) {
 	out := []string{}
-	isArray, ok := fjArray(s, func() bool {
+	isArray, ok := s.Elems(func() bool {
 		var v string
 		ok := s.StringOrNull(&v)
 		out = append(out, v)
@@ -192,10 +152,10 @@ func fjRaw(s *fastjson.Scanner, v *json.RawMessage) bool {
 
 func fjMessages(s *fastjson.Scanner, out *[]ccMessage) bool {
 	ms := []ccMessage{}
-	isArray, ok := fjArray(s, func() bool {
+	isArray, ok := s.Elems(func() bool {
 		ms = append(ms, ccMessage{})
 		m := &ms[len(ms)-1]
-		return fjObject(s, func(k int) bool {
+		return s.Fields(func(k int) bool {
 			switch k {
 			case 0:
 				return s.StringOrNull(&m.Role)
@@ -226,10 +186,10 @@ func fjMessages(s *fastjson.Scanner, out *[]ccMessage) bool {
 
 func fjToolCalls(s *fastjson.Scanner, out *[]ccToolCall) bool {
 	tcs := []ccToolCall{}
-	isArray, ok := fjArray(s, func() bool {
+	isArray, ok := s.Elems(func() bool {
 		tcs = append(tcs, ccToolCall{})
 		tc := &tcs[len(tcs)-1]
-		return fjObject(s, func(k int) bool {
+		return s.Fields(func(k int) bool {
 			switch k {
 			case 0:
 				var ok bool
@@ -240,7 +200,7 @@ func fjToolCalls(s *fastjson.Scanner, out *[]ccToolCall) bool {
 			case 2:
 				return s.StringOrNull(&tc.Type)
 			default:
-				return fjObject(s, func(k int) bool {
+				return s.Fields(func(k int) bool {
 					if k == 0 {
 						return s.StringOrNull(&tc.Function.Name)
 					}
@@ -259,14 +219,14 @@ func fjToolCalls(s *fastjson.Scanner, out *[]ccToolCall) bool {
 
 func fjTools(s *fastjson.Scanner, out *[]ccTool) bool {
 	ts := []ccTool{}
-	isArray, ok := fjArray(s, func() bool {
+	isArray, ok := s.Elems(func() bool {
 		ts = append(ts, ccTool{})
 		t := &ts[len(ts)-1]
-		return fjObject(s, func(k int) bool {
+		return s.Fields(func(k int) bool {
 			if k == 0 {
 				return s.StringOrNull(&t.Type)
 			}
-			return fjObject(s, func(k int) bool {
+			return s.Fields(func(k int) bool {
 				switch k {
 				case 0:
 					return s.StringOrNull(&t.Function.Name)

@@ -8,248 +8,156 @@ import "github.com/aglrl/agl/internal/fastjson"
 // decodes with encoding/json.
 func decodeAnswer(data []byte, r *wireResponse) bool {
 	s := fastjson.New(data)
-	o, ok := s.Object()
-	if !ok {
+	if s.Null() { // json.Unmarshal leaves r as it is; so does the fallback
 		return false
 	}
-	for {
-		switch o.Keys("model", "prompt_token_ids", "choices", "usage") {
-		case -1:
-			return o.OK() && s.End()
+	ok := s.Fields(func(k int) bool {
+		var ok bool
+		switch k {
 		case 0:
-			ok = s.StringOrNull(&r.Model)
+			return s.StringOrNull(&r.Model)
 		case 1:
 			r.PromptTokenIDs, ok = ids(s)
+			return ok
 		case 2:
-			ok = choices(s, &r.Choices)
-		case 3:
-			ok = usage(s, r)
+			return choices(s, &r.Choices)
+		default:
+			return s.Fields(func(k int) bool {
+				if k == 0 {
+					return integer(s, &r.Usage.PromptTokens)
+				}
+				return integer(s, &r.Usage.CompletionTokens)
+			}, "prompt_tokens", "completion_tokens")
 		}
-		if !ok {
-			return false
-		}
-	}
+	}, "model", "prompt_token_ids", "choices", "usage")
+	return ok && s.End()
 }
 
 func integer(s *fastjson.Scanner, v *int) bool {
 	if s.Null() {
 		return true
 	}
-	n, ok := s.Int(strconvIntSize)
+	n, ok := s.Int(fastjson.IntBits)
 	*v = int(n)
 	return ok
 }
 
-const strconvIntSize = 32 << (^uint(0) >> 63)
-
 // ids reads an array of int32 (null: nil; []: empty, not nil).
 func ids(s *fastjson.Scanner) ([]int32, bool) {
-	if s.Null() {
-		return nil, true
-	}
-	a, ok := s.Array()
-	if !ok {
-		return nil, false
-	}
 	out := []int32{}
-	for a.Next() {
+	isArray, ok := s.Elems(func() bool {
 		n, ok := s.Int(32)
-		if !ok {
-			return nil, false
-		}
 		out = append(out, int32(n))
+		return ok
+	})
+	if !isArray {
+		return nil, ok
 	}
-	return out, a.OK()
+	return out, ok
 }
 
+// float32s reads an array of float32 (null: nil; []: empty, not nil).
 func float32s(s *fastjson.Scanner) ([]float32, bool) {
-	if s.Null() {
-		return nil, true
-	}
-	a, ok := s.Array()
-	if !ok {
-		return nil, false
-	}
 	out := []float32{}
-	for a.Next() {
+	isArray, ok := s.Elems(func() bool {
 		f, ok := s.Float(32)
-		if !ok {
-			return nil, false
-		}
 		out = append(out, float32(f))
+		return ok
+	})
+	if !isArray {
+		return nil, ok
 	}
-	return out, a.OK()
-}
-
-func usage(s *fastjson.Scanner, r *wireResponse) bool {
-	if s.Null() {
-		return true
-	}
-	o, ok := s.Object()
-	if !ok {
-		return false
-	}
-	for {
-		switch o.Keys("prompt_tokens", "completion_tokens") {
-		case -1:
-			return o.OK()
-		case 0:
-			ok = integer(s, &r.Usage.PromptTokens)
-		case 1:
-			ok = integer(s, &r.Usage.CompletionTokens)
-		}
-		if !ok {
-			return false
-		}
-	}
+	return out, ok
 }
 
 func choices(s *fastjson.Scanner, out *[]wireChoice) bool {
-	if s.Null() {
-		*out = nil
-		return true
-	}
-	a, ok := s.Array()
-	if !ok {
-		return false
-	}
 	cs := []wireChoice{}
-	for a.Next() {
-		var c wireChoice
-		if !choice(s, &c) {
-			return false
-		}
-		cs = append(cs, c)
+	isArray, ok := s.Elems(func() bool {
+		cs = append(cs, wireChoice{})
+		return choice(s, &cs[len(cs)-1])
+	})
+	if isArray {
+		*out = cs
+	} else {
+		*out = nil
 	}
-	*out = cs
-	return a.OK()
+	return ok
 }
 
 func choice(s *fastjson.Scanner, c *wireChoice) bool {
-	if s.Null() {
-		return true
-	}
-	o, ok := s.Object()
-	if !ok {
-		return false
-	}
-	for {
-		switch o.Keys("message", "text", "finish_reason", "token_ids", "prompt_token_ids", "logprobs") {
-		case -1:
-			return o.OK()
+	return s.Fields(func(k int) bool {
+		var ok bool
+		switch k {
 		case 0:
-			ok = message(s, c)
+			return message(s, c)
 		case 1:
-			ok = s.StringOrNull(&c.Text)
+			return s.StringOrNull(&c.Text)
 		case 2:
-			ok = s.StringOrNull(&c.FinishReason)
+			return s.StringOrNull(&c.FinishReason)
 		case 3:
 			c.TokenIDs, ok = ids(s)
 		case 4:
 			c.PromptTokenIDs, ok = ids(s)
-		case 5:
-			ok = logprobs(s, c)
+		default:
+			return logprobs(s, c)
 		}
-		if !ok {
-			return false
-		}
-	}
+		return ok
+	}, "message", "text", "finish_reason", "token_ids", "prompt_token_ids", "logprobs")
 }
 
 func message(s *fastjson.Scanner, c *wireChoice) bool {
-	if s.Null() {
-		return true
-	}
-	o, ok := s.Object()
-	if !ok {
-		return false
-	}
 	m := &c.Message
-	for {
-		switch o.Keys("content", "reasoning_content", "reasoning", "tool_calls") {
-		case -1:
-			return o.OK()
+	return s.Fields(func(k int) bool {
+		var ok bool
+		switch k {
 		case 0:
-			if !s.Null() {
-				var v string
-				v, ok = s.String()
-				m.Content = &v
+			if s.Null() {
+				return true
 			}
+			var v string
+			v, ok = s.String()
+			m.Content = &v
 		case 1:
-			ok = s.StringOrNull(&m.ReasoningContent)
+			return s.StringOrNull(&m.ReasoningContent)
 		case 2:
-			ok = s.StringOrNull(&m.Reasoning)
-		case 3:
+			return s.StringOrNull(&m.Reasoning)
+		default:
 			m.ToolCalls, ok = toolCalls(s)
 		}
-		if !ok {
-			return false
-		}
-	}
+		return ok
+	}, "content", "reasoning_content", "reasoning", "tool_calls")
 }
 
 func toolCalls(s *fastjson.Scanner) ([]wireToolCall, bool) {
-	if s.Null() {
-		return nil, true
-	}
-	a, ok := s.Array()
-	if !ok {
-		return nil, false
-	}
 	out := []wireToolCall{}
-	for a.Next() {
-		var tc wireToolCall
-		if !s.Null() {
-			o, ok := s.Object()
-			if !ok {
-				return nil, false
-			}
-		fields:
-			for {
-				switch o.Keys("id", "type", "function") {
-				case -1:
-					if !o.OK() {
-						return nil, false
+	isArray, ok := s.Elems(func() bool {
+		out = append(out, wireToolCall{})
+		tc := &out[len(out)-1]
+		return s.Fields(func(k int) bool {
+			switch k {
+			case 0:
+				return s.StringOrNull(&tc.ID)
+			case 1:
+				return s.StringOrNull(&tc.Type)
+			default:
+				return s.Fields(func(k int) bool {
+					if k == 0 {
+						return s.StringOrNull(&tc.Function.Name)
 					}
-					break fields
-				case 0:
-					ok = s.StringOrNull(&tc.ID)
-				case 1:
-					ok = s.StringOrNull(&tc.Type)
-				case 2:
-					ok = function(s, &tc)
-				}
-				if !ok {
-					return nil, false
-				}
+					return s.StringOrNull(&tc.Function.Arguments)
+				}, "name", "arguments")
 			}
-		}
-		out = append(out, tc)
+		}, "id", "type", "function")
+	})
+	if !isArray {
+		return nil, ok
 	}
-	return out, a.OK()
+	return out, ok
 }
 
-func function(s *fastjson.Scanner, tc *wireToolCall) bool {
-	if s.Null() {
-		return true
-	}
-	o, ok := s.Object()
-	if !ok {
-		return false
-	}
-	for {
-		switch o.Keys("name", "arguments") {
-		case -1:
-			return o.OK()
-		case 0:
-			ok = s.StringOrNull(&tc.Function.Name)
-		case 1:
-			ok = s.StringOrNull(&tc.Function.Arguments)
-		}
-		if !ok {
-			return false
-		}
-	}
+// logprobEntry is one element of the chat logprobs' content.
+type logprobEntry = struct {
+	Logprob float32 `json:"logprob"`
 }
 
 func logprobs(s *fastjson.Scanner, c *wireChoice) bool {
@@ -257,67 +165,35 @@ func logprobs(s *fastjson.Scanner, c *wireChoice) bool {
 		c.Logprobs = nil
 		return true
 	}
-	o, ok := s.Object()
-	if !ok {
-		return false
-	}
 	lp := &struct {
-		Content []struct {
-			Logprob float32 `json:"logprob"`
-		} `json:"content"`
-		TokenLogprobs []float32 `json:"token_logprobs"`
+		Content       []logprobEntry `json:"content"`
+		TokenLogprobs []float32      `json:"token_logprobs"`
 	}{}
 	c.Logprobs = lp
-	for {
-		switch o.Keys("content", "token_logprobs") {
-		case -1:
-			return o.OK()
-		case 0:
-			if s.Null() {
-				lp.Content = nil
-				break
-			}
-			a, isArray := s.Array()
-			if !isArray {
-				return false
-			}
-			lp.Content = lp.Content[:0]
-			if lp.Content == nil {
-				lp.Content = []struct {
-					Logprob float32 `json:"logprob"`
-				}{}
-			}
-			for a.Next() {
-				var e struct {
-					Logprob float32 `json:"logprob"`
-				}
-				if !s.Null() {
-					eo, ok := s.Object()
-					if !ok {
-						return false
-					}
-					for k := eo.Keys("logprob"); k >= 0; k = eo.Keys("logprob") {
-						if s.Null() {
-							continue
-						}
-						f, ok := s.Float(32)
-						if !ok {
-							return false
-						}
-						e.Logprob = float32(f)
-					}
-					if !eo.OK() {
-						return false
-					}
-				}
-				lp.Content = append(lp.Content, e)
-			}
-			ok = a.OK()
-		case 1:
+	return s.Fields(func(k int) bool {
+		var ok bool
+		if k == 1 {
 			lp.TokenLogprobs, ok = float32s(s)
+			return ok
 		}
-		if !ok {
-			return false
+		content := []logprobEntry{}
+		isArray, ok := s.Elems(func() bool {
+			content = append(content, logprobEntry{})
+			e := &content[len(content)-1]
+			return s.Fields(func(int) bool {
+				if s.Null() {
+					return true
+				}
+				f, ok := s.Float(32)
+				e.Logprob = float32(f)
+				return ok
+			}, "logprob")
+		})
+		if isArray {
+			lp.Content = content
+		} else {
+			lp.Content = nil
 		}
-	}
+		return ok
+	}, "content", "token_logprobs")
 }

@@ -509,6 +509,49 @@ func (a *Array) Fail() { a.ok = false }
 // Fail marks the object as failed (a value could not be read).
 func (o *Object) Fail() { o.ok = false }
 
+// Fields reads an object (or null: no fields) whose keys are among known
+// (see Object.Keys), calling field with each key's index to read its
+// value; field returns false when the value cannot be read.
+func (s *Scanner) Fields(field func(k int) bool, known ...string) bool {
+	if s.Null() {
+		return true
+	}
+	o, ok := s.Object()
+	if !ok {
+		return false
+	}
+	for {
+		k := o.Keys(known...)
+		if k < 0 {
+			return o.OK()
+		}
+		if !field(k) {
+			return false
+		}
+	}
+}
+
+// Elems reads an array, calling elem to read each element; isArray is
+// false for null (and elem never called).
+func (s *Scanner) Elems(elem func() bool) (isArray, ok bool) {
+	if s.Null() {
+		return false, true
+	}
+	a, ok := s.Array()
+	if !ok {
+		return false, false
+	}
+	for a.Next() {
+		if !elem() {
+			return true, false
+		}
+	}
+	return true, a.OK()
+}
+
+// IntBits is the size of Go's int, for Int.
+const IntBits = 32 << (^uint(0) >> 63)
+
 // AppendString appends s as a JSON string exactly as encoding/json's
 // Marshal writes it (HTML-safe: <, > and & escaped; U+2028 and U+2029
 // escaped; invalid UTF-8 replaced by U+FFFD).
