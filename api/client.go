@@ -29,7 +29,8 @@ func NewClient(baseURL, key string) *Client {
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Key: key, HTTP: &http.Client{Timeout: 90 * time.Second}}
 }
 
-// Error is an error answered by the gateway.
+// Error is an error answered by the gateway: what Client returns for a
+// non-2xx answer, and what handlers return for WriteError to answer with.
 type Error struct {
 	Status  int
 	Code    string

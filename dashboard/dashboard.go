@@ -21,8 +21,6 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -259,42 +257,15 @@ func (d *Dashboard) view(fn func(w http.ResponseWriter, r *http.Request) error) 
 		securityHeaders(w.Header())
 		w.Header().Set("Cache-Control", "no-store")
 		if !d.authorized(r) {
-			writeError(w, d.log, &httpError{http.StatusUnauthorized, "unauthorized", "log in at /login, or send the admin key as Authorization: Bearer <key>"})
+			api.WriteError(w, d.log, &api.Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "log in at /login, or send the admin key as Authorization: Bearer <key>"})
 			return
 		}
 		if err := fn(w, r); err != nil {
-			writeError(w, d.log, err)
+			api.WriteError(w, d.log, err)
 		}
 	})
 }
 
-type httpError struct {
-	status int
-	code   string
-	msg    string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
 func badRequest(format string, args ...any) error {
-	return &httpError{http.StatusBadRequest, "invalid_request", fmt.Sprintf(format, args...)}
-}
-
-// writeError answers {"error":{"code","message"}} like the /api routes.
-func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
-	var he *httpError
-	status, code, msg := http.StatusInternalServerError, "internal", "internal error"
-	switch {
-	case errors.As(err, &he):
-		status, code, msg = he.status, he.code, he.msg
-	case errors.Is(err, store.ErrInvalid):
-		status, code, msg = http.StatusBadRequest, "invalid_request", err.Error()
-	case errors.Is(err, store.ErrNotFound):
-		status, code, msg = http.StatusNotFound, "not_found", err.Error()
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		status, code, msg = http.StatusServiceUnavailable, "unavailable", "request cancelled"
-	default:
-		log.Error("dashboard view failed", "err", err)
-	}
-	api.WriteJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+	return api.Errorf(http.StatusBadRequest, "invalid_request", format, args...)
 }

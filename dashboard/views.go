@@ -167,7 +167,7 @@ func (d *Dashboard) attemptOf(r *http.Request, ro store.Rollout) (string, error)
 			return aid, nil
 		}
 	}
-	return "", &httpError{http.StatusNotFound, "not_found", "rollout " + ro.ID + " has no attempt " + aid}
+	return "", api.Errorf(http.StatusNotFound, "not_found", "rollout %s has no attempt %s", ro.ID, aid)
 }
 
 func (d *Dashboard) rollout(w http.ResponseWriter, r *http.Request) error {

@@ -47,11 +47,11 @@ func (s *Server) routes() {
 	h("POST /api/train/steps", adminOnly, s.putTrainStep)
 	h("GET /api/train/steps", adminOnly, s.listTrainSteps)
 	h("/api/", public, func(w http.ResponseWriter, r *http.Request) error {
-		return errorf(http.StatusNotFound, "no_route", "no API route %s %s", r.Method, r.URL.Path)
+		return api.Errorf(http.StatusNotFound, "no_route", "no API route %s %s", r.Method, r.URL.Path)
 	})
 	s.mux.HandleFunc("/r/", func(w http.ResponseWriter, r *http.Request) {
 		if s.opt.LLM == nil {
-			writeError(w, s.log, errorf(http.StatusNotFound, "no_engine", "this gateway serves no model: configure an engine"))
+			api.WriteError(w, s.log, api.Errorf(http.StatusNotFound, "no_engine", "this gateway serves no model: configure an engine"))
 			return
 		}
 		s.opt.LLM.ServeHTTP(w, r)
@@ -62,11 +62,11 @@ func (s *Server) routes() {
 func (s *Server) guard(a access, fn handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := s.authorize(a, r); err != nil {
-			writeError(w, s.log, err)
+			api.WriteError(w, s.log, err)
 			return
 		}
 		if err := fn(w, r); err != nil {
-			writeError(w, s.log, err)
+			api.WriteError(w, s.log, err)
 		}
 	})
 }
@@ -77,19 +77,19 @@ func (s *Server) authorize(a access, r *http.Request) error {
 	}
 	key := RequestKey(r)
 	if key == "" {
-		return errorf(http.StatusUnauthorized, "unauthorized", "missing key: send Authorization: Bearer <key> or x-api-key")
+		return api.Errorf(http.StatusUnauthorized, "unauthorized", "missing key: send Authorization: Bearer <key> or x-api-key")
 	}
 	if a != adminOrAttempt || !strings.HasPrefix(key, store.KeyPrefix) {
 		if strings.HasPrefix(key, store.KeyPrefix) {
-			return errorf(http.StatusForbidden, "forbidden", "a scoped attempt key cannot use %s %s", r.Method, r.URL.Path)
+			return api.Errorf(http.StatusForbidden, "forbidden", "a scoped attempt key cannot use %s %s", r.Method, r.URL.Path)
 		}
-		return errorf(http.StatusUnauthorized, "unauthorized", "invalid key")
+		return api.Errorf(http.StatusUnauthorized, "unauthorized", "invalid key")
 	}
 	aid := r.PathValue("aid")
 	if aid == "" {
 		aid = r.URL.Query().Get("attempt")
 		if aid == "" {
-			return errorf(http.StatusForbidden, "forbidden", "a scoped key reads only its own attempt's events: add ?attempt=<attempt id>")
+			return api.Errorf(http.StatusForbidden, "forbidden", "a scoped key reads only its own attempt's events: add ?attempt=<attempt id>")
 		}
 	}
 	_, err := s.opt.Store.AttemptByKey(r.Context(), r.PathValue("id"), aid, key)
@@ -124,7 +124,7 @@ func (s *Server) Status(ctx context.Context) (api.GatewayStatus, error) {
 
 func (s *Server) llm() (LLM, error) {
 	if s.opt.LLM == nil {
-		return nil, errorf(http.StatusConflict, "no_engine", "this gateway serves no model")
+		return nil, api.Errorf(http.StatusConflict, "no_engine", "this gateway serves no model")
 	}
 	return s.opt.LLM, nil
 }
@@ -155,7 +155,7 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), queryDuration(r, "timeout", 60*time.Second, 10*time.Minute))
 	defer cancel()
 	if err := l.Drain(ctx); err != nil {
-		return errorf(http.StatusServiceUnavailable, "drain_timeout", "calls still in flight: %v", err)
+		return api.Errorf(http.StatusServiceUnavailable, "drain_timeout", "calls still in flight: %v", err)
 	}
 	return s.gatewayStatus(w, r)
 }
@@ -166,10 +166,10 @@ func (s *Server) createRollouts(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.Rollouts) == 0 {
-		return errorf(http.StatusBadRequest, "invalid_request", "rollouts is empty")
+		return api.Errorf(http.StatusBadRequest, "invalid_request", "rollouts is empty")
 	}
 	if len(req.Rollouts) > 10000 {
-		return errorf(http.StatusBadRequest, "invalid_request", "at most 10000 rollouts per request, got %d", len(req.Rollouts))
+		return api.Errorf(http.StatusBadRequest, "invalid_request", "at most 10000 rollouts per request, got %d", len(req.Rollouts))
 	}
 	rs, err := s.opt.Store.CreateRollouts(r.Context(), req.Rollouts)
 	if err != nil {
@@ -183,16 +183,16 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := store.RolloutFilter{GroupID: q.Get("group"), Mode: store.Mode(q.Get("mode")), Desc: q.Get("order") == "desc"}
 	if o := q.Get("order"); o != "" && o != "asc" && o != "desc" {
-		return errorf(http.StatusBadRequest, "invalid_request", "order %q is not asc or desc", o)
+		return api.Errorf(http.StatusBadRequest, "invalid_request", "order %q is not asc or desc", o)
 	}
 	if f.Mode != "" && !f.Mode.Valid() {
-		return errorf(http.StatusBadRequest, "invalid_request", "mode %q is not train or val", f.Mode)
+		return api.Errorf(http.StatusBadRequest, "invalid_request", "mode %q is not train or val", f.Mode)
 	}
 	for _, v := range q["status"] {
 		for _, st := range strings.Split(v, ",") {
 			rs := store.RolloutStatus(st)
 			if !rs.Valid() {
-				return errorf(http.StatusBadRequest, "invalid_request", "status %q is not a rollout status", st)
+				return api.Errorf(http.StatusBadRequest, "invalid_request", "status %q is not a rollout status", st)
 			}
 			f.Status = append(f.Status, rs)
 		}
@@ -220,7 +220,7 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 		if v := q.Get(b.name); v != "" {
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return errorf(http.StatusBadRequest, "invalid_request", "%s %q is not a number", b.name, v)
+				return api.Errorf(http.StatusBadRequest, "invalid_request", "%s %q is not a number", b.name, v)
 			}
 			*b.dst = &x
 		}
@@ -242,7 +242,7 @@ func queryInt(v, name string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, errorf(http.StatusBadRequest, "invalid_request", "%s %q is not a non-negative integer", name, v)
+		return 0, api.Errorf(http.StatusBadRequest, "invalid_request", "%s %q is not a non-negative integer", name, v)
 	}
 	return n, nil
 }
@@ -360,7 +360,7 @@ func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(req.Events) == 0 {
-		return errorf(http.StatusBadRequest, "invalid_request", "events is empty")
+		return api.Errorf(http.StatusBadRequest, "invalid_request", "events is empty")
 	}
 	evs, err := s.opt.Store.AppendEvents(r.Context(), r.PathValue("id"), r.PathValue("aid"), req.Events)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -89,7 +90,7 @@ func (s *Server) Notify() { s.changes.broadcast() }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.closing.Load() {
 		w.Header().Set("Connection", "close")
-		writeError(w, s.log, errorf(http.StatusServiceUnavailable, "shutting_down", "gateway is shutting down"))
+		api.WriteError(w, s.log, api.Errorf(http.StatusServiceUnavailable, "shutting_down", "gateway is shutting down"))
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.opt.MaxBodyBytes)

@@ -49,6 +49,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -181,25 +182,13 @@ type SpanLink struct {
 // target is the attempt a span goes to.
 type target struct{ rollout, attempt string }
 
-// httpError is an error answered with a status and the JSON error object.
-type httpError struct {
-	status    int
-	code, msg string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
-func errorf(status int, code, format string, args ...any) *httpError {
-	return &httpError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
-}
-
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stored, rejected, resp, ct, err := h.serve(r)
 	if h.observe != nil && (stored > 0 || rejected > 0) {
 		h.observe(stored, rejected)
 	}
 	if err != nil {
-		h.writeError(w, err)
+		api.WriteError(w, h.log, err)
 		return
 	}
 	w.Header().Set("Content-Type", ct)
@@ -207,21 +196,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(resp)
 }
 
-func (h *handler) writeError(w http.ResponseWriter, err error) {
-	var he *httpError
-	if !errors.As(err, &he) {
-		h.log.Error("otlp: trace intake failed", "err", err)
-		he = errorf(http.StatusInternalServerError, "internal", "internal error")
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(he.status)
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": he.code, "message": he.msg}})
-}
-
 // serve does the work; it returns the encoded response and its content type.
 func (h *handler) serve(r *http.Request) (stored, rejected int, resp []byte, ct string, err error) {
 	if r.Method != http.MethodPost {
-		return 0, 0, nil, "", errorf(http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
+		return 0, 0, nil, "", api.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "use POST")
 	}
 	isJSON, err := requestEncoding(r)
 	if err != nil {
@@ -236,9 +214,9 @@ func (h *handler) serve(r *http.Request) (stored, rejected int, resp []byte, ct 
 	scoped := strings.HasPrefix(key, store.KeyPrefix)
 	if !scoped && h.authorize != nil && !h.authorize(r) {
 		if key == "" {
-			return 0, 0, nil, "", errorf(http.StatusUnauthorized, "unauthorized", "missing key: send Authorization: Bearer <key> or x-api-key")
+			return 0, 0, nil, "", api.Errorf(http.StatusUnauthorized, "unauthorized", "missing key: send Authorization: Bearer <key> or x-api-key")
 		}
-		return 0, 0, nil, "", errorf(http.StatusUnauthorized, "unauthorized", "invalid key")
+		return 0, 0, nil, "", api.Errorf(http.StatusUnauthorized, "unauthorized", "invalid key")
 	}
 	// A scoped key on the path form must be that attempt's, before we read a byte.
 	if scoped && pathTarget.rollout != "" {
@@ -256,14 +234,14 @@ func (h *handler) serve(r *http.Request) (stored, rejected int, resp []byte, ct 
 		// pdata's decoder stops at the end of the first value; reject
 		// anything that is not one well-formed JSON document.
 		if !json.Valid(body) {
-			return 0, 0, nil, "", errorf(http.StatusBadRequest, "invalid_request", "malformed OTLP JSON payload: not valid JSON")
+			return 0, 0, nil, "", api.Errorf(http.StatusBadRequest, "invalid_request", "malformed OTLP JSON payload: not valid JSON")
 		}
 		err = req.UnmarshalJSON(body)
 	} else {
 		err = req.UnmarshalProto(body)
 	}
 	if err != nil {
-		return 0, 0, nil, "", errorf(http.StatusBadRequest, "invalid_request", "malformed OTLP %s payload: %v", encodingName(isJSON), err)
+		return 0, 0, nil, "", api.Errorf(http.StatusBadRequest, "invalid_request", "malformed OTLP %s payload: %v", encodingName(isJSON), err)
 	}
 
 	groups, unattached, err := collect(req.Traces(), pathTarget)
@@ -346,7 +324,7 @@ func (h *handler) resolve(ctx context.Context, t target, key string, scoped bool
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				if scoped {
-					return t, "", errorf(http.StatusForbidden, "forbidden", "this key may not write spans to rollout %s", t.rollout)
+					return t, "", api.Errorf(http.StatusForbidden, "forbidden", "this key may not write spans to rollout %s", t.rollout)
 				}
 				return t, fmt.Sprintf("rollout %s not found", t.rollout), nil
 			}
@@ -359,7 +337,7 @@ func (h *handler) resolve(ctx context.Context, t target, key string, scoped bool
 		}
 		if t.attempt == "" {
 			if scoped {
-				return t, "", errorf(http.StatusForbidden, "forbidden", "this key may not write spans to rollout %s: name its %s", t.rollout, AttrAttemptID)
+				return t, "", api.Errorf(http.StatusForbidden, "forbidden", "this key may not write spans to rollout %s: name its %s", t.rollout, AttrAttemptID)
 			}
 			return t, fmt.Sprintf("rollout %s has no running attempt", t.rollout), nil
 		}
@@ -398,7 +376,7 @@ func (h *handler) resolve(ctx context.Context, t target, key string, scoped bool
 // forbidden/not found stay internal).
 func forbidden(err error, t target) error {
 	if errors.Is(err, store.ErrForbidden) || errors.Is(err, store.ErrNotFound) {
-		return errorf(http.StatusForbidden, "forbidden", "this key may not write spans to rollout %s attempt %s", t.rollout, t.attempt)
+		return api.Errorf(http.StatusForbidden, "forbidden", "this key may not write spans to rollout %s attempt %s", t.rollout, t.attempt)
 	}
 	return fmt.Errorf("check key for %s/%s: %w", t.rollout, t.attempt, err)
 }
@@ -423,15 +401,15 @@ func collect(td ptrace.Traces, def target) (groups map[target][]store.NewEvent, 
 				sp := spans.At(k)
 				where := fmt.Sprintf("resource_spans[%d].scope_spans[%d].spans[%d]", i, j, k)
 				if sp.TraceID().IsEmpty() {
-					return nil, 0, errorf(http.StatusBadRequest, "invalid_request", "%s: trace_id is empty or zero", where)
+					return nil, 0, api.Errorf(http.StatusBadRequest, "invalid_request", "%s: trace_id is empty or zero", where)
 				}
 				if sp.SpanID().IsEmpty() {
-					return nil, 0, errorf(http.StatusBadRequest, "invalid_request", "%s: span_id is empty or zero", where)
+					return nil, 0, api.Errorf(http.StatusBadRequest, "invalid_request", "%s: span_id is empty or zero", where)
 				}
 				d := spanData(sp, resource, scope)
 				data, err := json.Marshal(d)
 				if err != nil {
-					return nil, 0, errorf(http.StatusBadRequest, "invalid_request", "%s: span not representable as JSON: %v", where, err)
+					return nil, 0, api.Errorf(http.StatusBadRequest, "invalid_request", "%s: span not representable as JSON: %v", where, err)
 				}
 				t := pick(rt, sp.Attributes())
 				if t.rollout == "" {
@@ -523,7 +501,7 @@ func attemptFromPath(path string) (target, error) {
 	}
 	parts := strings.Split(strings.TrimPrefix(path, "/r/"), "/")
 	if len(parts) != 4 || parts[0] == "" || parts[1] == "" || parts[2] != "v1" || parts[3] != "traces" {
-		return target{}, errorf(http.StatusNotFound, "no_route", "no trace route %s: use /r/{rollout}/{attempt}/v1/traces", path)
+		return target{}, api.Errorf(http.StatusNotFound, "no_route", "no trace route %s: use /r/{rollout}/{attempt}/v1/traces", path)
 	}
 	return target{rollout: parts[0], attempt: parts[1]}, nil
 }
@@ -532,7 +510,7 @@ func attemptFromPath(path string) (target, error) {
 func requestEncoding(r *http.Request) (isJSON bool, err error) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
-		return false, errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be %s or %s", ContentTypeProtobuf, ContentTypeJSON)
+		return false, api.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be %s or %s", ContentTypeProtobuf, ContentTypeJSON)
 	}
 	switch mt {
 	case ContentTypeProtobuf, "application/protobuf":
@@ -540,7 +518,7 @@ func requestEncoding(r *http.Request) (isJSON bool, err error) {
 	case ContentTypeJSON:
 		return true, nil
 	}
-	return false, errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type %s: must be %s or %s", mt, ContentTypeProtobuf, ContentTypeJSON)
+	return false, api.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type %s: must be %s or %s", mt, ContentTypeProtobuf, ContentTypeJSON)
 }
 
 func encodingName(isJSON bool) string {
@@ -558,26 +536,26 @@ func (h *handler) readBody(r *http.Request) ([]byte, error) {
 	case "gzip":
 		zr, err := gzip.NewReader(r.Body)
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "invalid_request", "malformed gzip body: %v", err)
+			return nil, api.Errorf(http.StatusBadRequest, "invalid_request", "malformed gzip body: %v", err)
 		}
 		defer zr.Close()
 		src = zr
 	default:
-		return nil, errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Encoding %s: use gzip or none", enc)
+		return nil, api.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Encoding %s: use gzip or none", enc)
 	}
 	b, err := io.ReadAll(io.LimitReader(src, h.maxBody+1))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, errorf(http.StatusRequestEntityTooLarge, "too_large", "request body over %d bytes", mbe.Limit)
+			return nil, api.Errorf(http.StatusRequestEntityTooLarge, "too_large", "request body over %d bytes", mbe.Limit)
 		}
 		if errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, errorf(http.StatusBadRequest, "invalid_request", "malformed body: %v", err)
+			return nil, api.Errorf(http.StatusBadRequest, "invalid_request", "malformed body: %v", err)
 		}
 		return nil, fmt.Errorf("read body: %w", err)
 	}
 	if int64(len(b)) > h.maxBody {
-		return nil, errorf(http.StatusRequestEntityTooLarge, "too_large", "request body over %d bytes", h.maxBody)
+		return nil, api.Errorf(http.StatusRequestEntityTooLarge, "too_large", "request body over %d bytes", h.maxBody)
 	}
 	return b, nil
 }
