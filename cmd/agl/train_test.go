@@ -23,13 +23,11 @@ import (
 // Python harness subprocess: rollouts run through the gateway, events carry
 // ids, samples are built, the update changes the weights, the engine serves
 // the new version and the next step's events name it. Then it resumes.
-func TestTrainEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("trains a model")
-	}
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+// letterTrainDir readies dir for `agl train` on the letter harness: a tiny
+// model in dir/model, ten tasks in dir/tasks.jsonl, and dir/agl.yaml made by
+// config from the harness's absolute path. It returns the config's path.
+func letterTrainDir(t *testing.T, ctx context.Context, dir string, config func(harness string) string) string {
+	t.Helper()
 	var out bytes.Buffer
 	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
 		t.Fatalf("model init: %v\n%s", err, out.String())
@@ -38,9 +36,30 @@ func TestTrainEndToEnd(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
 	}
-	os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(tasks.String()), 0o644)
-	harness, _ := filepath.Abs("testdata/letter_harness.py")
-	cfg := fmt.Sprintf(`data_dir: run
+	harness, err := filepath.Abs("testdata/letter_harness.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, "agl.yaml")
+	if err := os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(tasks.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, []byte(config(harness)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath
+}
+
+func TestTrainEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cfgPath := letterTrainDir(t, ctx, dir, func(harness string) string {
+		return fmt.Sprintf(`data_dir: run
 engine:
   model_dir: model
 proxy:
@@ -57,9 +76,7 @@ trainer:
   lr: 0.01
   rollout: {timeout_seconds: 60, max_attempts: 2}
 `, harness)
-	cfgPath := filepath.Join(dir, "agl.yaml")
-	os.WriteFile(cfgPath, []byte(cfg), 0o644)
-	out.Reset()
+	})
 	if err := run(ctx, []string{"train", cfgPath}, &out, &out); err != nil {
 		t.Fatalf("train: %v\n%s", err, out.String())
 	}
@@ -173,21 +190,13 @@ func TestTrainKillResume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
-		t.Fatalf("model init: %v\n%s", err, out.String())
-	}
-	var tasks strings.Builder
-	for i := 0; i < 10; i++ {
-		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
-	}
-	os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(tasks.String()), 0o644)
-	harness, _ := filepath.Abs("testdata/letter_harness.py")
-	cfgPath := filepath.Join(dir, "agl.yaml")
-	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`data_dir: run
+	cfgPath := letterTrainDir(t, ctx, dir, func(harness string) string {
+		return fmt.Sprintf(`data_dir: run
 engine: {model_dir: model}
 controller: {command: [python3, %q], concurrency: 4}
 trainer: {tasks: tasks.jsonl, steps: 4, tasks_per_step: 2, group_size: 4, lr: 0.01}
-`, harness)), 0o644)
+`, harness)
+	})
 	cmd := exec.CommandContext(ctx, bin, "train", cfgPath)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -256,24 +265,16 @@ func TestTrainAsyncKillResume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
-		t.Fatalf("model init: %v\n%s", err, out.String())
-	}
-	var tasks strings.Builder
-	for i := 0; i < 10; i++ {
-		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
-	}
-	os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(tasks.String()), 0o644)
-	harness, _ := filepath.Abs("testdata/letter_harness.py")
-	cfgPath := filepath.Join(dir, "agl.yaml")
 	const steps, tasksPerStep, group, maxStale = 4, 2, 4, 2
-	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`data_dir: run
+	cfgPath := letterTrainDir(t, ctx, dir, func(harness string) string {
+		return fmt.Sprintf(`data_dir: run
 engine: {model_dir: model}
 proxy: {train: {temperature: 1.0}, val: {temperature: 0}}
 controller: {command: [python3, %q], concurrency: 4}
 trainer: {mode: async, max_staleness: %d, tasks: tasks.jsonl, steps: %d, tasks_per_step: %d, group_size: %d, lr: 0.01,
   rollout: {max_attempts: 1, timeout_seconds: 60}}
-`, harness, maxStale, steps, tasksPerStep, group)), 0o644)
+`, harness, maxStale, steps, tasksPerStep, group)
+	})
 	cmd := exec.CommandContext(ctx, bin, "train", cfgPath)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
