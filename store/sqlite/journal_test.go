@@ -123,13 +123,7 @@ func journalChild(path string) {
 func TestJournalRotation(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
-	if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: "r"}}); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := claimOne(t, s)
 	pad := strings.Repeat("x", 8000)
 	const n = 1500 // ~12 MB: at least two rotations
 	for i := range n {
@@ -161,13 +155,7 @@ func TestJournalRotation(t *testing.T) {
 func TestJournalRecordRefused(t *testing.T) {
 	s := open(t)
 	ctx := context.Background()
-	if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: "r"}}); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := claimOne(t, s)
 	ev := []store.NewEvent{{Type: "log"}}
 	if err := s.RecordEvents(ctx, "r", cl.Attempt.ID, ev); err != nil {
 		t.Fatal(err)
@@ -196,13 +184,7 @@ func TestRecordWithoutJournal(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: "r"}}); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := claimOne(t, s)
 	if err := s.RecordEvents(ctx, "r", cl.Attempt.ID, []store.NewEvent{{Type: "log"}}); err != nil {
 		t.Fatal(err)
 	}

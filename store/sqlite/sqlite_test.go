@@ -25,6 +25,20 @@ func open(t testing.TB) *sqlite.Store {
 	return s
 }
 
+// claimOne creates rollout "r" in s and claims it.
+func claimOne(t testing.TB, s *sqlite.Store) store.Claim {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: "r"}}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })
 }
@@ -94,13 +108,7 @@ func TestBackgroundCheckpoint(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: "r"}}); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := claimOne(t, s)
 	before, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
