@@ -3,8 +3,6 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 )
 
 // Byte is a byte-level tokenizer: id b (0..255) is byte b; ids from 256 on
@@ -146,13 +144,7 @@ func (t *Byte) Save(path string) error {
 	if err != nil {
 		return fmt.Errorf("tokenizer: encode: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("tokenizer: %w", err)
-	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("tokenizer: save: %w", err)
-	}
-	return nil
+	return SaveFile(path, append(data, '\n'))
 }
 
 // byteTokenizerFrom recognizes the tokenizer.json that [Byte.Save] writes:

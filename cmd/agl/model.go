@@ -62,11 +62,11 @@ func runModelInit(args []string, stdout io.Writer) error {
 	var err error
 	switch {
 	case *tokPath != "":
-		if tok, err = tokenizer.LoadFile(*tokPath); err != nil {
-			return err
-		}
 		if tokJSON, err = os.ReadFile(*tokPath); err != nil {
-			return err
+			return fmt.Errorf("model init: %w", err)
+		}
+		if tok, err = tokenizer.Parse(tokJSON); err != nil {
+			return fmt.Errorf("model init: %s: %w", *tokPath, err)
 		}
 	case *bpeData != "":
 		if tokJSON, err = trainBPE(*bpeData, *merges); err != nil {
@@ -110,8 +110,8 @@ func runModelInit(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "learned a byte-level BPE of %d tokens from %s\n", tok.VocabSize(), *bpeData)
 	case *tokPath != "":
-		if err := os.WriteFile(filepath.Join(*out, tokenizer.FileName), tokJSON, 0o644); err != nil {
-			return fmt.Errorf("model init: %w", err)
+		if err := tokenizer.SaveFile(filepath.Join(*out, tokenizer.FileName), tokJSON); err != nil {
+			return err
 		}
 	default:
 		if err := chat.SaveDir(*out, tok, chat.Config{Template: chat.TemplateChatMLCompact}); err != nil {
