@@ -26,11 +26,11 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 	b = strconv.AppendInt(b, mc.ModelVersion, 10)
 	if len(mc.PromptIDs) > 0 {
 		b = append(b, `,"prompt_ids":`...)
-		b = appendIDs(b, mc.PromptIDs)
+		b = fastjson.AppendInt32s(b, mc.PromptIDs)
 	}
 	if len(mc.ResponseIDs) > 0 {
 		b = append(b, `,"response_ids":`...)
-		b = appendIDs(b, mc.ResponseIDs)
+		b = fastjson.AppendInt32s(b, mc.ResponseIDs)
 	}
 	if len(mc.ResponseLogprobs) > 0 {
 		b = append(b, `,"response_logprobs":[`...)
@@ -80,17 +80,6 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 	return append(b, '}')
 }
 
-func appendIDs(b []byte, ids []int32) []byte {
-	b = append(b, '[')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, int64(id), 10)
-	}
-	return append(b, ']')
-}
-
 // appendFloat32 writes f as a JSON number. JSON has no infinities or NaN;
 // a log-prob of -Inf (an impossible token) is written as the lowest
 // float32 so that the event still records the call.
@@ -122,7 +111,7 @@ func appendSampling(b []byte, s *engine.Sampling) []byte {
 	b = strconv.AppendInt(b, int64(s.MaxTokens), 10)
 	if len(s.StopIDs) > 0 {
 		b = append(b, `,"stop_ids":`...)
-		b = appendIDs(b, s.StopIDs)
+		b = fastjson.AppendInt32s(b, s.StopIDs)
 	}
 	if s.Seed != 0 {
 		b = append(b, `,"seed":`...)

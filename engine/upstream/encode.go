@@ -32,7 +32,7 @@ func appendRequest(b []byte, w *wireRequest) ([]byte, bool) {
 		b = fastjson.AppendString(b, p)
 	case []int32:
 		b = append(b, `,"prompt":`...)
-		b = appendInts(b, p)
+		b = fastjson.AppendInt32s(b, p)
 	default:
 		return b, false
 	}
@@ -84,7 +84,7 @@ func appendRequest(b []byte, w *wireRequest) ([]byte, bool) {
 	}
 	if len(w.StopTokenIDs) > 0 {
 		b = append(b, `,"stop_token_ids":`...)
-		b = appendInts(b, w.StopTokenIDs)
+		b = fastjson.AppendInt32s(b, w.StopTokenIDs)
 	}
 	b = append(b, `,"logprobs":`...)
 	switch l := w.Logprobs.(type) {
@@ -102,20 +102,6 @@ func appendRequest(b []byte, w *wireRequest) ([]byte, bool) {
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, w.Stream)
 	return append(b, '}'), true
-}
-
-func appendInts(b []byte, ids []int32) []byte {
-	if ids == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, int64(id), 10)
-	}
-	return append(b, ']')
 }
 
 func appendMessage(b []byte, m *wireMessage) []byte {

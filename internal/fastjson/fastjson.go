@@ -607,6 +607,22 @@ func AppendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// AppendInt32s appends ids as encoding/json's Marshal writes an []int32
+// (nil: null).
+func AppendInt32s(b []byte, ids []int32) []byte {
+	if ids == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	return append(b, ']')
+}
+
 // AppendFloat32 appends f as encoding/json's Marshal writes a float32
 // (false for NaN and infinities, which JSON cannot hold).
 func AppendFloat32(b []byte, f float32) ([]byte, bool) {

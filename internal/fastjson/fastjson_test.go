@@ -163,3 +163,12 @@ func TestDeepNesting(t *testing.T) {
 		t.Error("nesting past maxDepth accepted")
 	}
 }
+
+func TestAppendInt32sMatchesEncodingJSON(t *testing.T) {
+	for _, ids := range [][]int32{nil, {}, {0}, {1, -2, 2147483647, -2147483648}} {
+		want, _ := json.Marshal(ids)
+		if got := AppendInt32s([]byte("x"), ids); string(got) != "x"+string(want) {
+			t.Errorf("%v: got %s, want x%s", ids, got, want)
+		}
+	}
+}
