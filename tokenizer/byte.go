@@ -101,7 +101,21 @@ func (t *Byte) AddedTokens() []AddedToken { return append([]AddedToken(nil), t.a
 // order) with no merges, a ByteLevel pre-tokenizer without regex and a
 // ByteLevel decoder, so the Hugging Face libraries load it too.
 func (t *Byte) MarshalJSON() ([]byte, error) {
-	type added struct {
+	vocab := make(map[string]int32, 256)
+	for b := 0; b < 256; b++ {
+		vocab[string(byteEnc[b])] = int32(b)
+	}
+	return marshalByteLevelBPE(vocab, []string{}, t.added, byteLevelStep)
+}
+
+// byteLevelStep is the ByteLevel pre-tokenizer, post-processor and decoder
+// step (no regex of its own).
+var byteLevelStep = map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
+
+// marshalByteLevelBPE writes a Hugging Face tokenizer.json of a byte-level
+// BPE with the given vocabulary, merges, added tokens and pre-tokenizer.
+func marshalByteLevelBPE(vocab map[string]int32, merges []string, added []AddedToken, preTokenizer any) ([]byte, error) {
+	type hfAdded struct {
 		ID         int32  `json:"id"`
 		Content    string `json:"content"`
 		SingleWord bool   `json:"single_word"`
@@ -110,14 +124,9 @@ func (t *Byte) MarshalJSON() ([]byte, error) {
 		Normalized bool   `json:"normalized"`
 		Special    bool   `json:"special"`
 	}
-	byteLevel := map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
-	vocab := make(map[string]int32, 256)
-	for b := 0; b < 256; b++ {
-		vocab[string(byteEnc[b])] = int32(b)
-	}
-	at := make([]added, len(t.added))
-	for i, a := range t.added {
-		at[i] = added{ID: a.ID, Content: a.Content, Special: a.Special}
+	at := make([]hfAdded, len(added))
+	for i, a := range added {
+		at[i] = hfAdded{ID: a.ID, Content: a.Content, Special: a.Special}
 	}
 	f := map[string]any{
 		"version":        "1.0",
@@ -125,14 +134,14 @@ func (t *Byte) MarshalJSON() ([]byte, error) {
 		"padding":        nil,
 		"added_tokens":   at,
 		"normalizer":     nil,
-		"pre_tokenizer":  byteLevel,
-		"post_processor": byteLevel,
-		"decoder":        byteLevel,
+		"pre_tokenizer":  preTokenizer,
+		"post_processor": byteLevelStep,
+		"decoder":        byteLevelStep,
 		"model": map[string]any{
 			"type": "BPE", "dropout": nil, "unk_token": nil,
 			"continuing_subword_prefix": nil, "end_of_word_suffix": nil,
 			"fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-			"vocab": vocab, "merges": []string{},
+			"vocab": vocab, "merges": merges,
 		},
 	}
 	return json.MarshalIndent(f, "", "  ")

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -105,40 +104,14 @@ func TrainBPE(texts []string, merges int, specials ...string) ([]byte, error) {
 	for id, s := range tokens {
 		vocab[s] = int32(id)
 	}
-	type added struct {
-		ID         int32  `json:"id"`
-		Content    string `json:"content"`
-		SingleWord bool   `json:"single_word"`
-		LStrip     bool   `json:"lstrip"`
-		RStrip     bool   `json:"rstrip"`
-		Normalized bool   `json:"normalized"`
-		Special    bool   `json:"special"`
+	added := make([]AddedToken, len(specials))
+	for i, sp := range specials {
+		added[i] = AddedToken{ID: int32(len(tokens) + i), Content: sp, Special: true}
 	}
-	at := make([]added, len(specials))
-	for i, s := range specials {
-		at[i] = added{ID: int32(len(tokens) + i), Content: s, Special: true}
-	}
-	byteLevel := map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
-	f := map[string]any{
-		"version":      "1.0",
-		"truncation":   nil,
-		"padding":      nil,
-		"added_tokens": at,
-		"normalizer":   nil,
-		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]string{"Regex": patternQwen}, "behavior": "Isolated", "invert": false},
-			byteLevel,
-		}},
-		"post_processor": byteLevel,
-		"decoder":        byteLevel,
-		"model": map[string]any{
-			"type": "BPE", "dropout": nil, "unk_token": nil,
-			"continuing_subword_prefix": nil, "end_of_word_suffix": nil,
-			"fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-			"vocab": vocab, "merges": mergeList,
-		},
-	}
-	data, err := json.MarshalIndent(f, "", "  ")
+	data, err := marshalByteLevelBPE(vocab, mergeList, added, map[string]any{"type": "Sequence", "pretokenizers": []any{
+		map[string]any{"type": "Split", "pattern": map[string]string{"Regex": patternQwen}, "behavior": "Isolated", "invert": false},
+		byteLevelStep,
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: train: %w", err)
 	}
