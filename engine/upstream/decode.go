@@ -17,7 +17,7 @@ func decodeAnswer(data []byte, r *wireResponse) bool {
 		case 0:
 			return s.StringOrNull(&r.Model)
 		case 1:
-			r.PromptTokenIDs, ok = ids(s)
+			r.PromptTokenIDs, ok = s.Int32s()
 			return ok
 		case 2:
 			return choices(s, &r.Choices)
@@ -40,34 +40,6 @@ func integer(s *fastjson.Scanner, v *int) bool {
 	n, ok := s.Int(fastjson.IntBits)
 	*v = int(n)
 	return ok
-}
-
-// ids reads an array of int32 (null: nil; []: empty, not nil).
-func ids(s *fastjson.Scanner) ([]int32, bool) {
-	out := []int32{}
-	isArray, ok := s.Elems(func() bool {
-		n, ok := s.Int(32)
-		out = append(out, int32(n))
-		return ok
-	})
-	if !isArray {
-		return nil, ok
-	}
-	return out, ok
-}
-
-// float32s reads an array of float32 (null: nil; []: empty, not nil).
-func float32s(s *fastjson.Scanner) ([]float32, bool) {
-	out := []float32{}
-	isArray, ok := s.Elems(func() bool {
-		f, ok := s.Float(32)
-		out = append(out, float32(f))
-		return ok
-	})
-	if !isArray {
-		return nil, ok
-	}
-	return out, ok
 }
 
 func choices(s *fastjson.Scanner, out *[]wireChoice) bool {
@@ -95,9 +67,9 @@ func choice(s *fastjson.Scanner, c *wireChoice) bool {
 		case 2:
 			return s.StringOrNull(&c.FinishReason)
 		case 3:
-			c.TokenIDs, ok = ids(s)
+			c.TokenIDs, ok = s.Int32s()
 		case 4:
-			c.PromptTokenIDs, ok = ids(s)
+			c.PromptTokenIDs, ok = s.Int32s()
 		default:
 			return logprobs(s, c)
 		}
@@ -173,7 +145,7 @@ func logprobs(s *fastjson.Scanner, c *wireChoice) bool {
 	return s.Fields(func(k int) bool {
 		var ok bool
 		if k == 1 {
-			lp.TokenLogprobs, ok = float32s(s)
+			lp.TokenLogprobs, ok = s.Float32s()
 			return ok
 		}
 		content := []logprobEntry{}

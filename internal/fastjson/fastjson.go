@@ -549,6 +549,48 @@ func (s *Scanner) Elems(elem func() bool) (isArray, ok bool) {
 	return true, a.OK()
 }
 
+// Int32s reads an array of int32 as encoding/json would into an []int32
+// (null: nil; []: empty, not nil).
+func (s *Scanner) Int32s() ([]int32, bool) {
+	if s.Null() {
+		return nil, true
+	}
+	a, ok := s.Array()
+	if !ok {
+		return nil, false
+	}
+	out := make([]int32, 0, 16)
+	for a.Next() {
+		n, ok := s.Int(32)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, int32(n))
+	}
+	return out, a.OK()
+}
+
+// Float32s reads an array of float32 as encoding/json would into a
+// []float32 (null: nil; []: empty, not nil).
+func (s *Scanner) Float32s() ([]float32, bool) {
+	if s.Null() {
+		return nil, true
+	}
+	a, ok := s.Array()
+	if !ok {
+		return nil, false
+	}
+	out := make([]float32, 0, 16)
+	for a.Next() {
+		f, ok := s.Float(32)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, float32(f))
+	}
+	return out, a.OK()
+}
+
 // IntBits is the size of Go's int, for Int.
 const IntBits = 32 << (^uint(0) >> 63)
 

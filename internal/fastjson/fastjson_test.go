@@ -172,3 +172,27 @@ func TestAppendInt32sMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestInt32sFloat32sMatchEncodingJSON(t *testing.T) {
+	for _, in := range []string{`null`, `[]`, ` [ 1 , -2 ] `, `[2147483647,-2147483648]`, `[2147483648]`, `[1.5]`, `[1e2]`, `[null]`, `[01]`, `[1,]`, `{}`, `["1"]`} {
+		var wi []int32
+		ierr := json.Unmarshal([]byte(in), &wi)
+		gi, ok := New([]byte(in)).Int32s()
+		if ok && (ierr != nil || !reflect.DeepEqual(gi, wi)) {
+			t.Errorf("Int32s(%s) = %v, encoding/json %v %v", in, gi, wi, ierr)
+		}
+		var wf []float32
+		ferr := json.Unmarshal([]byte(in), &wf)
+		gf, ok := New([]byte(in)).Float32s()
+		if ok && (ferr != nil || !reflect.DeepEqual(gf, wf)) {
+			t.Errorf("Float32s(%s) = %v, encoding/json %v %v", in, gf, wf, ferr)
+		}
+	}
+	// The common shapes take the fast path.
+	if v, ok := New([]byte(`[1,-2]`)).Int32s(); !ok || len(v) != 2 {
+		t.Errorf("Int32s([1,-2]) = %v, %v", v, ok)
+	}
+	if v, ok := New([]byte(`[-0.5,1e-3]`)).Float32s(); !ok || len(v) != 2 {
+		t.Errorf("Float32s = %v, %v", v, ok)
+	}
+}
