@@ -309,12 +309,9 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 	}
 	j.written += int64(len(rec))
 	j.pending = append(j.pending, jentry{rid: rid, aid: aid, evs: evs, end: j.written})
-	select {
-	case j.wake <- struct{}{}:
-	default:
-	}
+	poke(j.wake)
 	if len(j.pending) >= applyNow {
-		j.hurry()
+		poke(j.urgent)
 	}
 	return nil
 }
@@ -364,11 +361,8 @@ func (j *journal) flush(ctx context.Context) error {
 			return fmt.Errorf("sqlite store: event journal: applying failed: %w", j.err)
 		}
 		ch := j.advanced
-		select {
-		case j.wake <- struct{}{}:
-		default:
-		}
-		j.hurry()
+		poke(j.wake)
+		poke(j.urgent)
 		j.mu.Unlock()
 		select {
 		case <-ch:
@@ -397,10 +391,11 @@ func (j *journal) exclusive(ctx context.Context, fn func() error) error {
 	return err
 }
 
-// hurry ends the applier's linger.
-func (j *journal) hurry() {
+// poke signals ch (capacity 1) without blocking: j.wake starts the
+// applier, j.urgent ends its linger.
+func poke(ch chan struct{}) {
 	select {
-	case j.urgent <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
