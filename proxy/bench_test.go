@@ -1,8 +1,10 @@
 package proxy_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -111,15 +113,17 @@ func pct(d []time.Duration, p float64) time.Duration {
 // gateway=passthrough variants replace agl with the least an HTTP gateway
 // on net/http does (read the body, POST it upstream on a pooled client,
 // copy the answer back): the floor of any such gateway on this machine,
-// with client, gateway and upstream sharing its cores.
+// with client, gateway and upstream sharing its cores. The gateway=relay
+// variants go lower still: a raw TCP relay of the bytes (see relay), the
+// floor of any HTTP gateway whatever its server.
 //
 //	go test -run '^$' -bench Overhead -benchtime 4000x ./proxy
 func BenchmarkOverhead(b *testing.B) {
-	for _, gw := range []string{"sqlite", "none", "passthrough"} {
+	for _, gw := range []string{"sqlite", "none", "passthrough", "relay"} {
 		for _, clients := range []int{1, 32} {
 			name := "gateway=agl/store=" + gw + "/clients=" + strconv.Itoa(clients)
-			if gw == "passthrough" {
-				name = "gateway=passthrough/clients=" + strconv.Itoa(clients)
+			if gw == "passthrough" || gw == "relay" {
+				name = "gateway=" + gw + "/clients=" + strconv.Itoa(clients)
 			}
 			b.Run(name, func(b *testing.B) { benchOverhead(b, clients, gw) })
 		}
@@ -162,6 +166,100 @@ func passthrough(upstreamURL string) http.Handler {
 	})
 }
 
+// relay is the floor of any HTTP gateway on this machine: a TCP relay that
+// reads one HTTP/1.1 request (head and Content-Length body), writes it
+// unchanged on its own kept-alive upstream connection and copies the
+// answer back: no header parsing beyond Content-Length, no JSON, no store.
+// It returns the relay's base URL.
+func relay(b *testing.B, upstreamAddr string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var (
+		conns sync.WaitGroup
+		mu    sync.Mutex
+		open  []net.Conn
+	)
+	b.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		conns.Wait()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				relayConn(c, upstreamAddr)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+func relayConn(c net.Conn, upstreamAddr string) {
+	defer c.Close()
+	u, err := net.Dial("tcp", upstreamAddr)
+	if err != nil {
+		return
+	}
+	defer u.Close()
+	cr, ur := bufio.NewReader(c), bufio.NewReader(u)
+	var buf []byte
+	for {
+		if buf, err = readMessage(cr, buf[:0]); err != nil {
+			return
+		}
+		if _, err = u.Write(buf); err != nil {
+			return
+		}
+		if buf, err = readMessage(ur, buf[:0]); err != nil {
+			return
+		}
+		if _, err = c.Write(buf); err != nil {
+			return
+		}
+	}
+}
+
+// readMessage appends one HTTP/1.1 message with a Content-Length body to
+// buf.
+func readMessage(r *bufio.Reader, buf []byte) ([]byte, error) {
+	n := -1
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return buf, err
+		}
+		buf = append(buf, line...)
+		if len(line) <= 2 {
+			break
+		}
+		if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(bytes.TrimSpace(k), []byte("Content-Length")) {
+			n, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+		}
+	}
+	if n < 0 {
+		return buf, errors.New("relay: message without Content-Length")
+	}
+	start := len(buf)
+	buf = slices.Grow(buf, n)[:start+n]
+	_, err := io.ReadFull(r, buf[start:])
+	return buf, err
+}
+
 func benchOverhead(b *testing.B, clients int, gateway string) {
 	up := zeroUpstream(b)
 	e := newEnv(b, proxy.Config{}, upstreamBackend(b, up.URL))
@@ -171,13 +269,18 @@ func benchOverhead(b *testing.B, clients int, gateway string) {
 	case "passthrough":
 		e.srv.Config.Handler = passthrough(up.URL + "/v1/chat/completions")
 	}
+	gwURL := func(cl store.Claim) string { return base(e.srv, cl) }
+	if gateway == "relay" {
+		addr := relay(b, up.Listener.Addr().String())
+		gwURL = func(store.Claim) string { return addr }
+	}
 	// Each client is its own harness: its own rollout attempt.
 	var gw, direct []target
 	var claims []store.Claim
 	for range clients {
 		cl := e.claim(b, store.ModeTrain)
 		claims = append(claims, cl)
-		gw = append(gw, target{base(e.srv, cl) + "/v1/chat/completions", cl.Key})
+		gw = append(gw, target{gwURL(cl) + "/v1/chat/completions", cl.Key})
 		direct = append(direct, target{up.URL + "/v1/chat/completions", cl.Key})
 	}
 	hc := benchClient()
