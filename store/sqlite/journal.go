@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"sync"
@@ -39,13 +39,21 @@ import (
 //   - Exactly once: each applying transaction also stores the journal
 //     offset it applied through (journal_state); on open, records past it
 //     are replayed, a torn last record (never acknowledged) is dropped.
-//     The file is emptied only when fully applied, after journal_state moved
-//     to a new generation, so a crash in between leaves an older generation
-//     that is known to be applied.
+//     The file is replaced by an empty one only when fully applied, after
+//     journal_state moved to a new generation, so a crash in between
+//     leaves an older generation that is known to be applied.
+//   - Never a silent loss: every record carries checksums; a damaged
+//     record, header or missing file is a refusal to open (JournalError)
+//     until `agl store recover` (Recover) keeps every intact record and
+//     reports what was lost.
+//   - One writer: the data dir's lock (lock.go) is held while the journal
+//     is open; read-only stores never touch it.
 type journal struct {
 	s *Store
 
 	gate sync.RWMutex // see above
+
+	path string
 
 	mu       sync.Mutex
 	f        *os.File
@@ -73,9 +81,20 @@ type jentry struct {
 	end      int64 // file offset after the record
 }
 
+// The journal's format. A file starts with a header: the magic (which
+// names the format version) and the generation, and in version 2 a
+// CRC32C of both. Each record is one write(2): in version 2 its length,
+// the CRC32C of its payload and the CRC32C of those 8 bytes (so a damaged
+// length is told from a record cut short), then the payload. Version 1
+// files (no header or length checksums) are still read; the first open
+// replays one and starts a version 2 file.
 const (
-	journalMagic = "agl-ej01"
-	headerLen    = int64(len(journalMagic) + 8)
+	journalMagicV1 = "agl-ej01"
+	journalMagic   = "agl-ej02"
+	headerLenV1    = int64(len(journalMagicV1) + 8)
+	headerLen      = int64(len(journalMagic) + 8 + 4)
+	recHeaderLenV1 = 8
+	recHeaderLen   = 12
 	// rotateBytes: a fully applied journal longer than this is emptied.
 	rotateBytes = 4 << 20
 	// maxPendingBytes bounds what may wait to be applied; recording
@@ -93,6 +112,10 @@ const (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
+// journal_state holds the generation of the journal file in use and the
+// offset through which its records are in SQLite; off = 0 says the
+// journal was emptied by a clean close (nothing was journaled in gen),
+// so a missing file is then no loss.
 const journalSchema = `CREATE TABLE IF NOT EXISTS journal_state (
 	id INTEGER PRIMARY KEY CHECK (id = 1),
 	gen INTEGER NOT NULL,
@@ -101,8 +124,10 @@ const journalSchema = `CREATE TABLE IF NOT EXISTS journal_state (
 INSERT OR IGNORE INTO journal_state (id, gen, off) VALUES (1, 0, 0);`
 
 // openJournal replays what the journal at path holds beyond what SQLite
-// has, empties it, and starts the applier.
-func openJournal(ctx context.Context, s *Store, path string) (*journal, error) {
+// has, starts a new generation of it, and starts the applier. It refuses
+// a journal it cannot account for (see checkJournal); with rec set it
+// recovers instead, reporting into rec.
+func openJournal(ctx context.Context, s *Store, path string, rec *Recovery) (*journal, error) {
 	if _, err := s.w.ExecContext(ctx, journalSchema); err != nil {
 		return nil, fmt.Errorf("sqlite store: journal state: %w", err)
 	}
@@ -111,100 +136,341 @@ func openJournal(ctx context.Context, s *Store, path string) (*journal, error) {
 	if err := s.w.QueryRowContext(ctx, `SELECT gen, off FROM journal_state WHERE id = 1`).Scan(&dbGen, &dbOff); err != nil {
 		return nil, fmt.Errorf("sqlite store: journal state: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite store: open event journal: %w", err)
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		f.Close()
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("sqlite store: read event journal: %w", err)
 	}
-	gen := dbGen
-	if len(data) > 0 {
-		if int64(len(data)) < headerLen || string(data[:len(journalMagic)]) != journalMagic {
-			f.Close()
-			return nil, fmt.Errorf("sqlite store: event journal %s has no valid header: refusing to drop it", path)
-		}
-		fileGen := binary.LittleEndian.Uint64(data[len(journalMagic):headerLen])
-		switch {
-		case fileGen > dbGen:
-			f.Close()
-			return nil, fmt.Errorf("sqlite store: event journal %s is of generation %d, the database only knows %d", path, fileGen, dbGen)
-		case fileGen == dbGen:
-			entries, _ := parseJournal(data, max(dbOff, headerLen))
-			if len(entries) > 0 {
-				if err := s.applyJournal(ctx, entries, dbGen, entries[len(entries)-1].end); err != nil {
-					f.Close()
-					return nil, fmt.Errorf("sqlite store: replay event journal: %w", err)
-				}
-			}
-		}
-		// fileGen < dbGen: emptied after being fully applied; nothing to do.
-		gen = max(fileGen, dbGen)
+	plan, err := checkJournal(path, data, dbGen, dbOff, rec)
+	if err != nil {
+		return nil, err
 	}
-	j := &journal{s: s, f: f, advanced: make(chan struct{}), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
+	for _, t := range plan.dropped {
+		s.log.Warn("event journal: dropped an incomplete tail (a write that never completed, so never acknowledged)",
+			"file", path, "offset", t.Offset, "bytes", t.Length, "reason", t.Reason)
+	}
+	if len(plan.entries) > 0 {
+		if err := s.applyJournal(ctx, plan.entries, plan.gen, plan.entries[len(plan.entries)-1].end); err != nil {
+			return nil, fmt.Errorf("sqlite store: replay event journal %s: %w", path, err)
+		}
+	}
+	if rec != nil {
+		rec.Records = len(plan.entries)
+		for _, e := range plan.entries {
+			rec.Events += len(e.evs)
+		}
+	}
+	j := &journal{s: s, path: path, advanced: make(chan struct{}), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), running: map[[2]string]string{}}
-	if err := j.reset(ctx, gen+1); err != nil {
-		f.Close()
+	if err := j.reset(ctx, max(plan.gen, dbGen)+1, false); err != nil {
 		return nil, err
 	}
 	go j.applyLoop()
 	return j, nil
 }
 
-// reset empties the file as generation gen; the caller holds j.mu (or
-// nothing runs yet) and everything written is applied.
-func (j *journal) reset(ctx context.Context, gen uint64) error {
-	if _, err := j.s.w.ExecContext(ctx, `UPDATE journal_state SET gen = ?, off = ? WHERE id = 1`, gen, headerLen); err != nil {
+// journalPlan is what opening a journal found: the records to replay (of
+// generation gen) and the tails dropped.
+type journalPlan struct {
+	gen     uint64
+	entries []jentry
+	dropped []Lost
+}
+
+// checkJournal decides what of the journal file data (nil: missing) to
+// replay, given the generation and offset SQLite holds. What is safe to
+// drop: only a tail that cannot be a completed write — a final record cut
+// short (its header checks, its length runs past the end), a header cut
+// short, or zeros to the end of the file. A record that is complete and
+// checks is always replayed. Anything else (a record that fails its
+// checksum or does not parse, a damaged file header, a missing or
+// truncated file that SQLite says held records, a generation SQLite does
+// not know) is a refusal naming the file, the offset and the recovery
+// command; with rec set, it is recovered and reported instead.
+func checkJournal(path string, data []byte, dbGen uint64, dbOff int64, rec *Recovery) (journalPlan, error) {
+	refuse := func(off int64, format string, args ...any) error {
+		return &JournalError{Path: path, Offset: off, Reason: fmt.Sprintf(format, args...)}
+	}
+	plan := journalPlan{gen: dbGen}
+	if len(data) == 0 {
+		if dbGen != 0 && dbOff != 0 {
+			if rec == nil {
+				return plan, refuse(0, "the file is missing or empty, but the database says generation %d was in use (applied through offset %d): events journaled after that are lost", dbGen, dbOff)
+			}
+			rec.note("the journal was missing or empty, though the database says generation %d was in use (applied through offset %d): events journaled after that (if any) are lost, and their number cannot be known", dbGen, dbOff)
+		}
+		return plan, nil
+	}
+	v, fileGen, herr := readHeader(data)
+	if herr != "" {
+		if rec == nil {
+			return plan, refuse(0, "%s", herr)
+		}
+		// Take the file as the generation SQLite knows (a newer one is
+		// written only after SQLite moved to it) and keep every intact
+		// record past what SQLite holds, in either format.
+		rec.note("the file header was damaged (%s); read as generation %d", herr, dbGen)
+		best := scanResult{}
+		for _, ver := range []int{2, 1} {
+			r := scanJournal(data, max(dbOff, hdrLen(ver)), ver, true)
+			if ver == 2 || len(r.entries) > len(best.entries) {
+				best = r
+			}
+		}
+		plan.entries = best.entries
+		rec.lose(best.lost...)
+		return plan, nil
+	}
+	switch {
+	case fileGen < dbGen:
+		// Emptied after being fully applied (a crash between moving the
+		// database to a new generation and replacing the file).
+		return plan, nil
+	case fileGen == dbGen+1 && int64(len(data)) == hdrLen(v):
+		// A new generation started, nothing journaled in it yet.
+		plan.gen = fileGen
+		return plan, nil
+	case fileGen > dbGen:
+		if rec == nil {
+			return plan, refuse(0, "the file is of generation %d, the database only knows %d (was the data dir opened by two processes?)", fileGen, dbGen)
+		}
+		r := scanJournal(data, hdrLen(v), v, true)
+		rec.note("the journal was of generation %d, the database only knew %d: its %d intact records were applied, and may repeat events already stored", fileGen, dbGen, len(r.entries))
+		plan.gen, plan.entries = fileGen, r.entries
+		rec.lose(r.lost...)
+		return plan, nil
+	}
+	start := max(dbOff, hdrLen(v))
+	if int64(len(data)) < start {
+		if rec == nil {
+			return plan, refuse(int64(len(data)), "the file ends at %d bytes, but the database applied it through %d: it was truncated, and events journaled after %d are lost", len(data), start, start)
+		}
+		rec.note("the journal was truncated to %d bytes below the %d the database had applied: events journaled after that (if any) are lost, and their number cannot be known", len(data), start)
+		return plan, nil
+	}
+	r := scanJournal(data, start, v, rec != nil)
+	plan.entries = r.entries
+	if rec != nil {
+		rec.lose(r.lost...)
+		return plan, nil
+	}
+	if r.damage != nil {
+		return plan, refuse(r.damage.Offset, "%s; %d bytes follow it (%d intact records before it)", r.damage.Reason, int64(len(data))-r.damage.Offset, len(r.entries))
+	}
+	plan.dropped = r.lost
+	return plan, nil
+}
+
+func hdrLen(v int) int64 {
+	if v == 1 {
+		return headerLenV1
+	}
+	return headerLen
+}
+
+// readHeader returns the file's format version and generation, or why
+// the header is not valid.
+func readHeader(data []byte) (v int, gen uint64, problem string) {
+	switch {
+	case len(data) >= int(headerLen) && string(data[:len(journalMagic)]) == journalMagic:
+		n := len(journalMagic) + 8
+		if crc32.Checksum(data[:n], crcTable) != binary.LittleEndian.Uint32(data[n:]) {
+			return 0, 0, "the file header fails its checksum"
+		}
+		return 2, binary.LittleEndian.Uint64(data[len(journalMagic):]), ""
+	case len(data) >= int(headerLenV1) && string(data[:len(journalMagicV1)]) == journalMagicV1:
+		return 1, binary.LittleEndian.Uint64(data[len(journalMagicV1):]), ""
+	}
+	return 0, 0, "the file has no valid header (not an agl event journal, or its header was overwritten)"
+}
+
+// reset starts generation gen of the journal: SQLite first moves to it,
+// then a file holding only its header replaces the old one (rename: the
+// path always holds one whole file), so a crash in between leaves an
+// older, fully applied generation. clean marks the journal as emptied by
+// a close (see journalSchema). The caller holds j.mu (or nothing runs
+// yet) and everything written is applied.
+func (j *journal) reset(ctx context.Context, gen uint64, clean bool) error {
+	off := headerLen
+	if clean {
+		off = 0
+	}
+	if _, err := j.s.w.ExecContext(ctx, `UPDATE journal_state SET gen = ?, off = ? WHERE id = 1`, gen, off); err != nil {
 		return fmt.Errorf("sqlite store: journal state: %w", err)
 	}
 	hdr := make([]byte, headerLen)
 	copy(hdr, journalMagic)
 	binary.LittleEndian.PutUint64(hdr[len(journalMagic):], gen)
-	if err := j.f.Truncate(0); err != nil {
-		return fmt.Errorf("sqlite store: empty event journal: %w", err)
+	n := len(journalMagic) + 8
+	binary.LittleEndian.PutUint32(hdr[n:], crc32.Checksum(hdr[:n], crcTable))
+	tmp := j.path + ".new"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("sqlite store: new event journal: %w", err)
 	}
-	if _, err := j.f.Write(hdr); err != nil {
+	if _, err := f.Write(hdr); err != nil {
+		f.Close()
 		return fmt.Errorf("sqlite store: write event journal header: %w", err)
 	}
+	if err := os.Rename(tmp, j.path); err != nil {
+		f.Close()
+		return fmt.Errorf("sqlite store: replace event journal: %w", err)
+	}
+	if j.f != nil {
+		j.f.Close()
+	}
+	j.f = f
 	j.gen, j.written, j.applied = gen, headerLen, headerLen
 	return nil
 }
 
-// parseJournal reads the records from off; it stops at the first torn or
-// corrupt one and returns where the valid records end.
-func parseJournal(data []byte, off int64) ([]jentry, int64) {
-	var out []jentry
-	for {
-		if int64(len(data))-off < 8 {
-			return out, off
+// scanResult is what scanJournal found: the intact records, where the
+// first damaged one starts (damage), and the byte ranges left out.
+type scanResult struct {
+	entries []jentry
+	damage  *Lost
+	lost    []Lost
+}
+
+// scanJournal reads the records of a version v file from off. A tail
+// that cannot be a completed write (see checkJournal) ends the scan and
+// is listed in lost; so is damage, which also sets damage. With resync,
+// the scan goes on after damage from the next offset where an intact
+// record starts (each range skipped is listed in lost).
+func scanJournal(data []byte, off int64, v int, resync bool) scanResult {
+	var r scanResult
+	for off < int64(len(data)) {
+		e, n, kind, why := parseRecord(data, off, v)
+		if kind == recOK {
+			off += n
+			e.end = off
+			r.entries = append(r.entries, e)
+			continue
 		}
-		n := int64(binary.LittleEndian.Uint32(data[off:]))
-		sum := binary.LittleEndian.Uint32(data[off+4:])
-		if int64(len(data))-off-8 < n {
-			return out, off
+		next := nextIntact(data, off+1, v)
+		if kind == recTail && next == int64(len(data)) {
+			r.lost = append(r.lost, Lost{Offset: off, Length: int64(len(data)) - off, Reason: why})
+			return r
 		}
-		payload := data[off+8 : off+8+n]
-		if crc32.Checksum(payload, crcTable) != sum {
-			return out, off
+		if kind == recTail {
+			// What looked like a tail is followed by an intact record:
+			// damage (a version 1 length, say).
+			why = fmt.Sprintf("%s, yet an intact record follows at offset %d", why, next)
 		}
-		e, ok := decodeRecord(payload)
-		if !ok {
-			return out, off
+		if r.damage == nil {
+			r.damage = &Lost{Offset: off, Length: int64(len(data)) - off, Reason: why}
 		}
-		off += 8 + n
-		e.end = off
-		out = append(out, e)
+		if !resync {
+			return r
+		}
+		r.lost = append(r.lost, Lost{Offset: off, Length: next - off, Reason: why})
+		off = next
 	}
+	return r
+}
+
+// nextIntact is the first offset from off where an intact record starts,
+// or the end of data.
+func nextIntact(data []byte, off int64, v int) int64 {
+	for p := off; p < int64(len(data)); p++ {
+		if intactAt(data, p, v) {
+			return p
+		}
+	}
+	return int64(len(data))
+}
+
+const (
+	recOK     = iota
+	recTail   // an incomplete tail: safe to drop
+	recDamage // a damaged record
+)
+
+// parseRecord reads the record at off: its entry and length, or why not.
+func parseRecord(data []byte, off int64, v int) (jentry, int64, int, string) {
+	rem := int64(len(data)) - off
+	hl := int64(recHeaderLen)
+	if v == 1 {
+		hl = recHeaderLenV1
+	}
+	tailOr := func(why string) (jentry, int64, int, string) {
+		if allZero(data[off:]) {
+			return jentry{}, 0, recTail, "zeros to the end of the file"
+		}
+		return jentry{}, 0, recDamage, why
+	}
+	if rem < hl {
+		return jentry{}, 0, recTail, fmt.Sprintf("a record header cut short (%d of %d bytes)", rem, hl)
+	}
+	h := data[off : off+hl]
+	if v == 2 && crc32.Checksum(h[:8], crcTable) != binary.LittleEndian.Uint32(h[8:]) {
+		return tailOr("a record header fails its checksum")
+	}
+	n := int64(binary.LittleEndian.Uint32(h))
+	if n > rem-hl {
+		// Version 1 cannot tell a damaged length from a record cut short.
+		return jentry{}, 0, recTail, fmt.Sprintf("a final record cut short (%d of %d bytes)", rem-hl, n)
+	}
+	payload := data[off+hl : off+hl+n]
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(h[4:]) {
+		return tailOr("a record fails its checksum")
+	}
+	e, ok := decodeRecord(payload)
+	if !ok {
+		return jentry{}, 0, recDamage, "a record does not parse"
+	}
+	return e, hl + n, recOK, ""
+}
+
+// intactAt tells whether an intact record starts at off.
+func intactAt(data []byte, off int64, v int) bool {
+	hl := int64(recHeaderLen)
+	if v == 1 {
+		hl = recHeaderLenV1
+	}
+	rem := int64(len(data)) - off
+	if rem < hl {
+		return false
+	}
+	h := data[off : off+hl]
+	if v == 2 && crc32.Checksum(h[:8], crcTable) != binary.LittleEndian.Uint32(h[8:]) {
+		return false
+	}
+	n := int64(binary.LittleEndian.Uint32(h))
+	if n > rem-hl {
+		return false
+	}
+	payload := data[off+hl : off+hl+n]
+	if crc32.Checksum(payload, crcTable) != binary.LittleEndian.Uint32(h[4:]) {
+		return false
+	}
+	_, ok := decodeRecord(payload)
+	return ok
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func encodeRecord(rid, aid string, evs []store.NewEvent) []byte {
-	size := 8 + 3*binary.MaxVarintLen64 + len(rid) + len(aid)
+	size := recHeaderLen + 3*binary.MaxVarintLen64 + len(rid) + len(aid)
 	for _, e := range evs {
 		size += 3*binary.MaxVarintLen64 + len(e.Type) + len(e.Data)
 	}
-	b := make([]byte, 8, size)
+	b := make([]byte, recHeaderLen, size)
+	b = appendPayload(b, rid, aid, evs)
+	binary.LittleEndian.PutUint32(b, uint32(len(b)-recHeaderLen))
+	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[recHeaderLen:], crcTable))
+	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], crcTable))
+	return b
+}
+
+// appendPayload appends a record's payload: the attempt, then each event.
+func appendPayload(b []byte, rid, aid string, evs []store.NewEvent) []byte {
 	str := func(s []byte) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -217,8 +483,6 @@ func encodeRecord(rid, aid string, evs []store.NewEvent) []byte {
 		b = binary.AppendVarint(b, ts(e.Time))
 		str(e.Data)
 	}
-	binary.LittleEndian.PutUint32(b, uint32(len(b)-8))
-	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(b[8:], crcTable))
 	return b
 }
 
@@ -495,7 +759,7 @@ func (j *journal) maybeRotate() {
 	if j.applied != j.written || j.closed {
 		return
 	}
-	if err := j.reset(context.Background(), j.gen+1); err != nil {
+	if err := j.reset(context.Background(), j.gen+1, false); err != nil {
 		j.broken = err
 	}
 }
@@ -513,7 +777,7 @@ func (j *journal) close() error {
 	defer j.mu.Unlock()
 	var err error
 	if j.applied == j.written && j.broken == nil {
-		err = j.reset(context.Background(), j.gen+1)
+		err = j.reset(context.Background(), j.gen+1, true)
 	}
 	return errors.Join(err, j.f.Close())
 }

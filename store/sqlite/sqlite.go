@@ -26,6 +26,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -57,7 +59,10 @@ type Store struct {
 	ckDone  chan struct{}
 	closing sync.Once
 
-	journal *journal // nil with synchronous=FULL (see journal.go)
+	journal *journal // nil with synchronous=FULL or read-only (see journal.go)
+	lock    *os.File // the data dir's lock (lock.go); nil when read-only
+	path    string
+	log     *slog.Logger
 }
 
 var _ store.Store = (*Store)(nil)
@@ -68,15 +73,46 @@ type Options struct {
 	// every committed write across a crash of the process; "FULL" also
 	// across power loss, at a cost in write rate.
 	Synchronous string
+	// ReadOnly opens an existing database for reading only, beside a
+	// writer that may be running: no lock is taken, nothing is created
+	// or migrated, and the event journal is not touched, so events it
+	// holds that are not yet applied are not seen (JournalBacklog says
+	// how many bytes).
+	ReadOnly bool
+	// Logger receives warnings (an incomplete journal tail dropped on
+	// open); nil: none.
+	Logger *slog.Logger
+
+	recover *Recovery // set by Recover
 }
 
-// Open opens (creating if needed) the database file at path.
+// Open opens (creating if needed) the database file at path. A store
+// opened for writing holds the data dir's lock (path+"-lock") until
+// Close: a second writer gets an error wrapping ErrLocked. A damaged
+// event journal is refused with a *JournalError (see Recover).
 func Open(ctx context.Context, path string, opt Options) (*Store, error) {
+	if opt.ReadOnly {
+		return openReadOnly(ctx, path, opt)
+	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("sqlite store: create dir: %w", err)
 		}
 	}
+	lock, err := lockStore(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openRW(ctx, path, opt)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+func openRW(ctx context.Context, path string, opt Options) (*Store, error) {
 	sync := strings.ToUpper(opt.Synchronous)
 	if sync == "" {
 		sync = "NORMAL"
@@ -124,17 +160,92 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	ck.SetMaxOpenConns(1)
 	ck.SetMaxIdleConns(1)
-	s := &Store{w: w, r: r, ck: ck, stmts: map[string]*sql.Stmt{},
-		dirty: make(chan struct{}, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{})}
-	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{})
-	go s.checkpointLoop()
+	s := newStore(w, r, ck, path, opt)
 	if sync == "NORMAL" {
-		if s.journal, err = openJournal(ctx, s, path+"-events"); err != nil {
+		if s.journal, err = openJournal(ctx, s, path+"-events", opt.recover); err != nil {
 			s.Close()
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+func newStore(w, r, ck *sql.DB, path string, opt Options) *Store {
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{w: w, r: r, ck: ck, stmts: map[string]*sql.Stmt{}, path: path, log: log,
+		dirty: make(chan struct{}, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{})}
+	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{})
+	go s.checkpointLoop()
+	return s
+}
+
+// openReadOnly opens the database at path for reading (SQLite mode=ro):
+// a WAL reader beside a running writer, if any.
+func openReadOnly(ctx context.Context, path string, opt Options) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("sqlite store: open %s read-only: %w", path, err)
+	}
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Set("_txlock", "deferred")
+	dsn := "file:" + path + "?" + q.Encode()
+	var dbs [3]*sql.DB
+	for i := range dbs {
+		db, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			for _, d := range dbs[:i] {
+				d.Close()
+			}
+			return nil, fmt.Errorf("sqlite store: open %s read-only: %w", path, err)
+		}
+		dbs[i] = db
+	}
+	dbs[0].SetMaxOpenConns(1)
+	dbs[1].SetMaxOpenConns(4)
+	dbs[2].SetMaxOpenConns(1)
+	s := newStore(dbs[0], dbs[1], dbs[2], path, opt)
+	if err := s.r.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite store: open %s read-only: %w", path, err)
+	}
+	return s, nil
+}
+
+// JournalBacklog is how many bytes of events the event journal holds that
+// SQLite does not yet: what a read-only store does not see (a running
+// writer applies them within milliseconds; a stopped one on its next
+// open). 0 without a journal.
+func (s *Store) JournalBacklog(ctx context.Context) (int64, error) {
+	if s.journal != nil {
+		s.journal.mu.Lock()
+		defer s.journal.mu.Unlock()
+		return s.journal.written - s.journal.applied, nil
+	}
+	var gen uint64
+	var off int64
+	err := s.r.QueryRowContext(ctx, `SELECT gen, off FROM journal_state WHERE id = 1`).Scan(&gen, &off)
+	if err != nil {
+		if strings.Contains(err.Error(), "no such table") {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("sqlite store: journal state: %w", err)
+	}
+	data, err := os.ReadFile(s.path + "-events")
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite store: read event journal: %w", err)
+	}
+	v, fileGen, problem := readHeader(data)
+	if problem != "" || fileGen != gen {
+		return 0, nil
+	}
+	return max(0, int64(len(data))-max(off, hdrLen(v))), nil
 }
 
 // fallbackCheckpointPages is the WAL size (in pages) at which a committing
@@ -321,7 +432,12 @@ func (s *Store) Close() error {
 	}
 	s.stmts = map[string]*sql.Stmt{}
 	s.mu.Unlock()
-	return errors.Join(jerr, s.ck.Close(), s.r.Close(), s.w.Close())
+	err := errors.Join(jerr, s.ck.Close(), s.r.Close(), s.w.Close())
+	if s.lock != nil {
+		s.lock.Close() // after the last write
+		s.lock = nil
+	}
+	return err
 }
 
 // wtx is a write transaction whose statements are prepared once per store
