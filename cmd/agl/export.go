@@ -17,7 +17,7 @@ import (
 //	agl export --format parquet --out step.parquet --after CURSOR --estimator grpo --agg rollout-mean
 //
 // It reads the store named by --store / --data-dir / --config (like the
-// server commands), builds samples with the same code the embedded trainer
+// server commands; SQLite read-only, so beside a running gateway), builds samples with the same code the embedded trainer
 // uses, and reports a summary (with the cursor to continue from) as one JSON
 // line on stdout — or on stderr when the samples themselves go to stdout.
 // Advantages are computed within the groups present in the export, so export
@@ -70,7 +70,7 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	st, err := openStore(ctx, c)
+	st, err := openReadStore(ctx, c, "export", os.Stderr)
 	if err != nil {
 		return fmt.Errorf("export: open store: %w", err)
 	}

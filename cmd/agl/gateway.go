@@ -41,16 +41,42 @@ func configFlags(fs *flag.FlagSet) func() (config.Config, error) {
 	}
 }
 
-// openStore opens the configured store backend.
+// openStore opens the configured store backend for writing: a SQLite
+// store holds its data dir's lock until closed (one writer per data dir).
 func openStore(ctx context.Context, c config.Config) (store.Store, error) {
 	if p, ok := c.StorePath(); ok {
-		return sqlite.Open(ctx, p, sqlite.Options{Synchronous: c.Store.Synchronous})
+		return sqlite.Open(ctx, p, sqlite.Options{Synchronous: c.Store.Synchronous, Logger: newLogger()})
 	}
 	u := c.Store.URL
 	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
 		return postgres.Open(ctx, u)
 	}
 	return nil, fmt.Errorf("store URL %q: want sqlite:PATH or postgres://…", redactURL(u))
+}
+
+// openReadStore opens the configured store for a command that only
+// reads: SQLite read-only, beside a gateway or trainer that may be
+// writing the same data dir, without taking its lock or touching its
+// event journal. It says so on stderr when the journal holds events not
+// yet in the database (which such a reader does not see).
+func openReadStore(ctx context.Context, c config.Config, cmd string, stderr io.Writer) (store.Store, error) {
+	p, ok := c.StorePath()
+	if !ok {
+		return openStore(ctx, c)
+	}
+	st, err := sqlite.Open(ctx, p, sqlite.Options{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	n, err := st.JournalBacklog(ctx)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if n > 0 {
+		fmt.Fprintf(stderr, "agl %s: read %s read-only, leaving its event journal to its writer; the journal holds %d bytes of events not yet in the database, which this read does not see (a running gateway applies them within milliseconds, a stopped one when it starts again)\n", cmd, p, n)
+	}
+	return st, nil
 }
 
 // redactURL hides a password in a URL for messages.

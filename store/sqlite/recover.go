@@ -21,7 +21,7 @@ type JournalError struct {
 }
 
 func (e *JournalError) Error() string {
-	return fmt.Sprintf("sqlite store: event journal %s is damaged at offset %d: %s; refusing to start (nothing was changed): run `%s` to keep every intact record and report what is lost",
+	return fmt.Sprintf("sqlite store: event journal %s, offset %d: %s; refusing to open it (nothing was changed): run `%s` to keep every intact record and report what is lost",
 		e.Path, e.Offset, e.Reason, RecoverCommand(strings.TrimSuffix(e.Path, "-events")))
 }
 

@@ -234,18 +234,25 @@ func (s *Store) JournalBacklog(ctx context.Context) (int64, error) {
 		}
 		return 0, fmt.Errorf("sqlite store: journal state: %w", err)
 	}
-	data, err := os.ReadFile(s.path + "-events")
+	f, err := os.Open(s.path + "-events")
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("sqlite store: read event journal: %w", err)
 	}
-	v, fileGen, problem := readHeader(data)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("sqlite store: read event journal: %w", err)
+	}
+	hdr := make([]byte, headerLen)
+	n, _ := f.ReadAt(hdr, 0)
+	v, fileGen, problem := readHeader(hdr[:n])
 	if problem != "" || fileGen != gen {
 		return 0, nil
 	}
-	return max(0, int64(len(data))-max(off, hdrLen(v))), nil
+	return max(0, fi.Size()-max(off, hdrLen(v))), nil
 }
 
 // fallbackCheckpointPages is the WAL size (in pages) at which a committing
