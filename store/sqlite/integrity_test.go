@@ -400,3 +400,35 @@ func TestOneWriter(t *testing.T) {
 		t.Fatalf("after the writer closed: %v", ns)
 	}
 }
+
+// TestFullReplaysJournal: a store opened with synchronous=FULL (no
+// journal) first replays the journal an earlier NORMAL run left, and
+// refuses a damaged one the same way.
+func TestFullReplaysJournal(t *testing.T) {
+	for _, damaged := range []bool{false, true} {
+		path := filepath.Join(t.TempDir(), "agl.db")
+		journalAcked(t, path, 10)
+		if damaged {
+			starts, _, err := sqlite.JournalRecords(path + "-events")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(path + "-events")
+			b[starts[5]+20] ^= 1
+			os.WriteFile(path+"-events", b, 0o644)
+			if _, err := sqlite.Open(context.Background(), path, sqlite.Options{Synchronous: "FULL"}); !errors.Is(err, sqlite.ErrJournalDamaged) {
+				t.Fatalf("FULL open of a damaged journal: %v", err)
+			}
+			continue
+		}
+		s, err := sqlite.Open(context.Background(), path, sqlite.Options{Synchronous: "FULL"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := s.ListEvents(context.Background(), store.EventFilter{RolloutID: "r"})
+		s.Close()
+		if err != nil || len(evs) != 13 {
+			t.Fatalf("%d events with FULL (%v), want 13", len(evs), err)
+		}
+	}
+}

@@ -62,8 +62,8 @@ func (r *Recovery) lose(l ...Lost) { r.Lost = append(r.Lost, l...) }
 // SQLite holds is applied (after damage, reading goes on at the next
 // intact record), the rest is reported in the Recovery, and the journal
 // starts a new generation, so that Open works afterwards. It takes the
-// data dir's lock like any writer. With synchronous=FULL (no journal) it
-// only opens and closes the store.
+// data dir's lock like any writer. With synchronous=FULL it does the same
+// to a journal an earlier run left.
 func Recover(ctx context.Context, path string, opt Options) (Recovery, error) {
 	rec := Recovery{Journal: path + "-events"}
 	opt.recover = &rec

@@ -161,8 +161,19 @@ func openRW(ctx context.Context, path string, opt Options) (*Store, error) {
 	ck.SetMaxOpenConns(1)
 	ck.SetMaxIdleConns(1)
 	s := newStore(w, r, ck, path, opt)
-	if sync == "NORMAL" {
+	_, statErr := os.Stat(path + "-events")
+	if sync == "NORMAL" || statErr == nil || opt.recover != nil {
 		if s.journal, err = openJournal(ctx, s, path+"-events", opt.recover); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if sync != "NORMAL" && s.journal != nil {
+		// synchronous=FULL keeps no journal: replay what one left (an
+		// earlier run with NORMAL) and close it.
+		j := s.journal
+		s.journal = nil
+		if err := j.close(); err != nil {
 			s.Close()
 			return nil, err
 		}
