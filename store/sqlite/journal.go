@@ -225,10 +225,6 @@ func checkJournal(path string, data []byte, dbGen uint64, dbOff int64, rec *Reco
 		// Emptied after being fully applied (a crash between moving the
 		// database to a new generation and replacing the file).
 		return plan, nil
-	case fileGen == dbGen+1 && int64(len(data)) == hdrLen(v):
-		// A new generation started, nothing journaled in it yet.
-		plan.gen = fileGen
-		return plan, nil
 	case fileGen > dbGen:
 		if rec == nil {
 			return plan, refuse(0, "the file is of generation %d, the database only knows %d (was the data dir opened by two processes?)", fileGen, dbGen)
@@ -345,6 +341,13 @@ func scanJournal(data []byte, off int64, v int, resync bool) scanResult {
 			e.end = off
 			r.entries = append(r.entries, e)
 			continue
+		}
+		if kind == recTail && v == 2 {
+			// Nothing can follow: the header checked and its record
+			// runs past the end, or the rest is a header cut short or
+			// zeros.
+			r.lost = append(r.lost, Lost{Offset: off, Length: int64(len(data)) - off, Reason: why})
+			return r
 		}
 		next := nextIntact(data, off+1, v)
 		if kind == recTail && next == int64(len(data)) {
