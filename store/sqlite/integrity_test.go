@@ -377,8 +377,8 @@ func TestOneWriter(t *testing.T) {
 	if n, err := ro.JournalBacklog(ctx); err != nil || n == 0 {
 		t.Fatalf("read-only backlog %d %v, want the unapplied record", n, err)
 	}
-	if _, err := ro.CreateRollouts(ctx, []store.NewRollout{{ID: "x"}}); err == nil {
-		t.Fatal("a read-only store wrote")
+	if _, err := ro.CreateRollouts(ctx, []store.NewRollout{{ID: "x"}}); err == nil || !strings.Contains(err.Error(), "readonly") {
+		t.Fatalf("a write through a read-only store: %v", err)
 	}
 	if err := ro.Close(); err != nil {
 		t.Fatal(err)
@@ -398,6 +398,23 @@ func TestOneWriter(t *testing.T) {
 	// The lock is released with the writer; the held record was journaled.
 	if ns := storedNs(t, path); fmt.Sprint(ns) != "[0 1]" {
 		t.Fatalf("after the writer closed: %v", ns)
+	}
+	// Read-only with no writer, after a clean close (no -wal, -shm left).
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if _, err := os.Stat(path + suffix); err == nil {
+			t.Logf("%s still there after a clean close", suffix)
+		}
+	}
+	ro, err = sqlite.Open(ctx, path, sqlite.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if evs, err := ro.ListEvents(ctx, store.EventFilter{RolloutID: "r"}); err != nil || len(evs) != 2 {
+		t.Fatalf("read-only after a clean close: %d events, %v", len(evs), err)
+	}
+	if n, err := ro.JournalBacklog(ctx); err != nil || n != 0 {
+		t.Fatalf("backlog after a clean close: %d %v", n, err)
 	}
 }
 
