@@ -85,8 +85,8 @@ func TestJournalFaults(t *testing.T) {
 		path    string
 		starts  []int64 // where each record starts
 		size    int64
-		header  int64
-		damaged int // the record damaged, -1: none
+		header    int64
+		damagedAt int64 // where the one damaged record starts, -1: none
 	}
 	flip := func(off int64) func(t *testing.T, l *layout) {
 		return func(t *testing.T, l *layout) {
@@ -108,7 +108,7 @@ func TestJournalFaults(t *testing.T) {
 		{
 			name: "flipped byte mid-file",
 			damage: func(t *testing.T, l *layout) {
-				l.damaged = 20
+				l.damagedAt = l.starts[20]
 				flip(l.starts[20]+15)(t, l)
 			},
 			refuse: func(l *layout) int64 { return l.starts[20] },
@@ -118,7 +118,7 @@ func TestJournalFaults(t *testing.T) {
 		{
 			name: "flipped byte in a record length",
 			damage: func(t *testing.T, l *layout) {
-				l.damaged = 30
+				l.damagedAt = l.starts[30]
 				flip(l.starts[30]+1)(t, l)
 			},
 			refuse: func(l *layout) int64 { return l.starts[30] },
@@ -182,6 +182,18 @@ func TestJournalFaults(t *testing.T) {
 			lost:   1,
 		},
 		{
+			name: "old format (version 1) journal, flipped byte mid-file",
+			damage: func(t *testing.T, l *layout) {
+				rewriteV1(t, l.path)
+				// Version 1: a 16-byte header, 8-byte record headers.
+				l.damagedAt = l.starts[10] - 4 - 4*10
+				flip(l.damagedAt+15)(t, l)
+			},
+			refuse: func(l *layout) int64 { return l.damagedAt },
+			keep:   func(l *layout) []int { return allBut(acked, 10) },
+			lost:   1,
+		},
+		{
 			name:   "old format (version 1) journal",
 			damage: func(t *testing.T, l *layout) { rewriteV1(t, l.path) },
 			refuse: func(l *layout) int64 { return -1 },
@@ -193,7 +205,7 @@ func TestJournalFaults(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "agl.db")
 			journalAcked(t, path, acked)
-			l := &layout{path: path + "-events", damaged: -1}
+			l := &layout{path: path + "-events", damagedAt: -1}
 			var err error
 			if l.starts, l.header, err = sqlite.JournalRecords(l.path); err != nil {
 				t.Fatal(err)
@@ -237,8 +249,8 @@ func TestJournalFaults(t *testing.T) {
 				if c.name == "deleted journal" && len(rec.Notes) == 0 {
 					t.Error("a deleted journal recovered without a note")
 				}
-				if l.damaged >= 0 && (len(rec.Lost) != 1 || rec.Lost[0].Offset != l.starts[l.damaged]) {
-					t.Errorf("recovery lost %+v, want the record at %d", rec.Lost, l.starts[l.damaged])
+				if l.damagedAt >= 0 && (len(rec.Lost) != 1 || rec.Lost[0].Offset != l.damagedAt) {
+					t.Errorf("recovery lost %+v, want the record at %d", rec.Lost, l.damagedAt)
 				}
 				t.Logf("acknowledged %d, recovered %d; lost %+v; notes %q", acked, rec.Events, rec.Lost, rec.Notes)
 			} else {

@@ -349,6 +349,10 @@ func scanJournal(data []byte, off int64, v int, resync bool) scanResult {
 			r.lost = append(r.lost, Lost{Offset: off, Length: int64(len(data)) - off, Reason: why})
 			return r
 		}
+		if kind == recDamage && !resync {
+			r.damage = &Lost{Offset: off, Length: int64(len(data)) - off, Reason: why}
+			return r
+		}
 		next := nextIntact(data, off+1, v)
 		if kind == recTail && next == int64(len(data)) {
 			r.lost = append(r.lost, Lost{Offset: off, Length: int64(len(data)) - off, Reason: why})
