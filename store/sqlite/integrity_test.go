@@ -82,9 +82,9 @@ func storedNs(t *testing.T, path string) []int {
 func TestJournalFaults(t *testing.T) {
 	const acked = 50
 	type layout struct {
-		path    string
-		starts  []int64 // where each record starts
-		size    int64
+		path      string
+		starts    []int64 // where each record starts
+		size      int64
 		header    int64
 		damagedAt int64 // where the one damaged record starts, -1: none
 	}
