@@ -362,6 +362,14 @@ func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Events) == 0 {
 		return api.Errorf(http.StatusBadRequest, "invalid_request", "events is empty")
 	}
+	// A scoped key is the harness: it appends harness types only.
+	if fe := api.CheckEvents(req.Events, !s.IsAdmin(r), s.opt.MaxAbsReward); fe != nil {
+		code := "invalid_request"
+		if fe.Status == http.StatusForbidden {
+			code = "forbidden"
+		}
+		return api.Errorf(fe.Status, code, "%s", fe.Error())
+	}
 	evs, err := s.opt.Store.AppendEvents(r.Context(), r.PathValue("id"), r.PathValue("aid"), req.Events)
 	if err != nil {
 		return err
