@@ -202,7 +202,7 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
 // Reward object whose values are finite numbers with |v| <= maxAbs
 // (DefaultMaxAbsReward when maxAbs <= 0).
 func CheckEvents(evs []store.NewEvent, harness bool, maxAbs float64) *FieldError {
-	if maxAbs <= 0 {
+	if !(maxAbs > 0) { // NaN too
 		maxAbs = DefaultMaxAbsReward
 	}
 	for i, e := range evs {
