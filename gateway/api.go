@@ -40,6 +40,7 @@ func (s *Server) routes() {
 	h("POST /api/claim", adminOnly, s.claim)
 	h("POST /api/rollouts/{id}/attempts/{aid}/heartbeat", adminOrAttempt, s.heartbeat)
 	h("POST /api/rollouts/{id}/attempts/{aid}/complete", adminOnly, s.complete)
+	h("POST /api/rollouts/{id}/attempts/{aid}/revoke", adminOnly, s.revokeKey)
 	h("POST /api/rollouts/{id}/attempts/{aid}/events", adminOrAttempt, s.appendEvents)
 	h("GET /api/terminal", adminOnly, s.terminal)
 	h("POST /api/models", adminOnly, s.registerModel)
@@ -351,6 +352,26 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.changes.broadcast()
 	api.WriteJSON(w, http.StatusOK, ro)
+	return nil
+}
+
+// keyForgetter is an LLM that caches verified scoped keys (the proxy).
+type keyForgetter interface {
+	ForgetKey(rolloutID, attemptID string)
+}
+
+// revokeKey kills the attempt's scoped key in the store and in this
+// gateway's key cache: the controller calls it the moment the harness
+// exits, before the evaluator runs.
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
+	rid, aid := r.PathValue("id"), r.PathValue("aid")
+	if err := s.opt.Store.RevokeKey(r.Context(), rid, aid); err != nil {
+		return err
+	}
+	if f, ok := s.opt.LLM.(keyForgetter); ok {
+		f.ForgetKey(rid, aid)
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

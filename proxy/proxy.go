@@ -363,7 +363,7 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 		p.authMu.RLock()
 		a, ok := p.auth[t]
 		p.authMu.RUnlock()
-		if ok && subtle.ConstantTimeCompare(a.sum[:], sum[:]) == 1 && time.Now().Before(a.until) {
+		if ok && !a.revoked && subtle.ConstantTimeCompare(a.sum[:], sum[:]) == 1 && time.Now().Before(a.until) {
 			return a.mode, nil
 		}
 	}
@@ -386,10 +386,21 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 		if len(p.auth) >= 1<<16 {
 			clear(p.auth)
 		}
-		p.auth[t] = authEntry{sum: sum, mode: mode, until: time.Now().Add(p.cfg.AuthCacheTTL)}
+		if !p.auth[t].revoked {
+			p.auth[t] = authEntry{sum: sum, mode: mode, until: time.Now().Add(p.cfg.AuthCacheTTL)}
+		}
 		p.authMu.Unlock()
 	}
 	return mode, nil
+}
+
+// ForgetKey drops the cached verification of an attempt's scoped key, so
+// that a key the store revoked is refused at once by this proxy (other
+// replicas within AuthCacheTTL).
+func (p *Proxy) ForgetKey(rolloutID, attemptID string) {
+	p.authMu.Lock()
+	p.auth[Target{RolloutID: rolloutID, AttemptID: attemptID}] = authEntry{revoked: true}
+	p.authMu.Unlock()
 }
 
 // trustedAttempt checks that the attempt exists (and runs) without a key.
@@ -421,6 +432,9 @@ type authEntry struct {
 	sum   [sha256.Size]byte
 	mode  store.Mode
 	until time.Time
+	// revoked marks a key ForgetKey dropped: not cached again (a check
+	// that raced the revocation must not re-admit it).
+	revoked bool
 }
 
 // rolloutMode returns (and caches: it never changes) a rollout's mode.
