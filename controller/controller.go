@@ -19,18 +19,35 @@
 // past its rollout's timeout_seconds gets SIGTERM on its whole process group
 // (SIGKILL after KillGrace) and the attempt fails with "timeout …".
 //
-// When the harness exits, the last LogTailBytes of its stdout and of its
-// stderr are appended as one "log" event each ({"stream","text","bytes",
-// "truncated"}). The reward: a harness may post reward events to
-// AGL_EVENTS_URL itself; a non-empty reward file (a JSON number or an
-// api.Reward object) is appended as a reward event (being the newest, it is
-// the one the rollout's reward summary takes); with neither, the Evaluator
-// command, if configured, runs with the same environment plus AGL_LOG_FILE
-// (the harness's full stdout), AGL_STDERR_FILE and AGL_EXIT_CODE, and its
-// stdout (or its last line) is parsed like the reward file. Then the attempt is
-// completed exactly once: exit 0 → succeeded; otherwise failed with
-// "exit status N: <last stderr line>", which the store retries up to the
-// rollout's max_attempts.
+// The moment the harness exits, its scoped key is revoked at the gateway
+// and every process it left behind is killed — its process group, and,
+// the controller being the child subreaper (Linux), processes that left
+// the group (setsid, double fork) too — so that nothing the harness
+// started can post a reward afterwards. Then the last LogTailBytes of its
+// stdout and of its stderr are appended as one "log" event each
+// ({"stream","text","bytes","truncated"}), with the attempt's key, the
+// admin key and anything shaped like a scoped key replaced by
+// "[REDACTED]".
+//
+// The reward comes from Config.RewardSource:
+//
+//   - harness: a non-empty reward file (a JSON number or an api.Reward
+//     object) is appended as a reward event with source "reward_file",
+//     which outranks the reward events the harness posted to
+//     AGL_EVENTS_URL; without one, the newest final reward event counts.
+//   - evaluator: the Evaluator command runs with the same environment plus
+//     AGL_LOG_FILE (the harness's full stdout), AGL_STDERR_FILE and
+//     AGL_EXIT_CODE, and its stdout (or its last line) is parsed like the
+//     reward file and appended with source "evaluator", which outranks
+//     every reward the harness sent, final or per call, whenever it
+//     arrived (api.Reward.Rank). A non-empty reward file is kept as a
+//     "harness_reward" event, a diagnostic.
+//   - both: the harness's final reward (file, else an event without
+//     call_id) when it sent one; else the evaluator's.
+//
+// Then the attempt is completed exactly once: exit 0 → succeeded;
+// otherwise failed with "exit status N: <last stderr line>", which the
+// store retries up to the rollout's max_attempts.
 //
 // A harness that exits 0 without any reward still completes as succeeded:
 // its rollout then has no reward summary, and what to do with it (drop it,
