@@ -383,8 +383,10 @@ func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Events) == 0 {
 		return api.Errorf(http.StatusBadRequest, "invalid_request", "events is empty")
 	}
-	// A scoped key is the harness: it appends harness types only.
-	if fe := api.CheckEvents(req.Events, !s.IsAdmin(r), s.opt.MaxAbsReward); fe != nil {
+	// A scoped key is the harness (even on a gateway without an admin
+	// key): it appends harness types only.
+	harness := !s.IsAdmin(r) || strings.HasPrefix(RequestKey(r), store.KeyPrefix)
+	if fe := api.CheckEvents(req.Events, harness, s.opt.MaxAbsReward); fe != nil {
 		code := "invalid_request"
 		if fe.Status == http.StatusForbidden {
 			code = "forbidden"

@@ -626,3 +626,27 @@ func TestServeTrusted(t *testing.T) {
 		t.Fatalf("%d events", n)
 	}
 }
+
+// TestForgetKey: a key the store revoked and the proxy forgot is refused at
+// once, although the proxy had cached it (AuthCacheTTL an hour here).
+func TestForgetKey(t *testing.T) {
+	e := newEnv(t, proxy.Config{AuthCacheTTL: time.Hour}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	url := base(e.srv, cl) + "/events"
+	if st, _, body := post(t, "POST", url, bearer(cl.Key), `{"type":"log","data":1}`); st != 200 {
+		t.Fatalf("before revoke: %d %s", st, body)
+	}
+	if err := e.st.RevokeKey(testCtx(t), cl.Rollout.ID, cl.Attempt.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Cached: still taken until forgotten.
+	if st, _, body := post(t, "POST", url, bearer(cl.Key), `{"type":"log","data":2}`); st != 200 {
+		t.Fatalf("cached key: %d %s", st, body)
+	}
+	e.p.ForgetKey(cl.Rollout.ID, cl.Attempt.ID)
+	for i := 0; i < 2; i++ { // a second call does not re-cache it
+		if st, _, body := post(t, "POST", url, bearer(cl.Key), `{"type":"reward","data":1}`); st != 401 {
+			t.Fatalf("revoked key after ForgetKey: %d %s", st, body)
+		}
+	}
+}
