@@ -169,6 +169,12 @@ func (c *Client) Heartbeat(ctx context.Context, rid, aid string) (store.Attempt,
 	return out, err
 }
 
+// RevokeKey makes the attempt's scoped key grant nothing from now on.
+func (c *Client) RevokeKey(ctx context.Context, rid, aid string) error {
+	_, err := c.do(ctx, http.MethodPost, attemptPath(rid, aid, "revoke"), nil, struct{}{}, nil)
+	return err
+}
+
 // Complete ends an attempt as succeeded or failed.
 func (c *Client) Complete(ctx context.Context, rid, aid string, st store.AttemptStatus, errMsg string) (store.Rollout, error) {
 	var out store.Rollout

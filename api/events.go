@@ -3,9 +3,16 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/aglrl/agl/store"
 )
 
 // API shapes a model call can arrive in.
@@ -73,6 +80,10 @@ type Reward struct {
 	Values  map[string]float64 `json:"values,omitempty"`
 	Primary string             `json:"primary,omitempty"`
 	CallID  string             `json:"call_id,omitempty"`
+	// Source is set by the controller on the rewards it appends
+	// (SourceEvaluator, SourceRewardFile); empty for a reward the harness
+	// posted. See Rank.
+	Source string `json:"source,omitempty"`
 }
 
 // PrimaryValue returns the reward trained on.
@@ -120,18 +131,198 @@ func ParseReward(data json.RawMessage) (Reward, error) {
 }
 
 // RewardSummary picks the reward that summarises an attempt from the data of
-// its reward events, newest first: the newest final (not per-call) reward
-// that parses. ok is false when there is none.
+// its reward events, newest first: of the final (not per-call) rewards that
+// parse, the newest of the highest Rank — an evaluator's reward whatever
+// the harness posted after it, else the reward file's, else the newest the
+// harness posted. ok is false when there is none.
 func RewardSummary(newestFirst []json.RawMessage) (value float64, data json.RawMessage, ok bool) {
+	rank := -1
 	for _, d := range newestFirst {
 		r, err := ParseReward(d)
-		if err != nil || r.CallID != "" {
+		if err != nil || r.CallID != "" || r.Rank() <= rank {
 			continue
 		}
 		v, err := r.PrimaryValue()
 		if err == nil {
-			return v, d, true
+			value, data, ok, rank = v, d, true, r.Rank()
 		}
 	}
-	return 0, nil, false
+	return value, data, ok
+}
+
+// Reward sources the controller stamps on the rewards it appends
+// (Reward.Source). A harness never sets one: the gateway refuses a reward
+// with a source from a scoped attempt key.
+const (
+	// SourceEvaluator marks the evaluator's reward: it outranks every
+	// reward the harness sent, final or per call, whenever they arrived.
+	SourceEvaluator = "evaluator"
+	// SourceRewardFile marks the harness's reward file: it outranks the
+	// reward events the harness posted.
+	SourceRewardFile = "reward_file"
+)
+
+// Rank orders rewards by who stands behind them: the evaluator (2), the
+// reward file as the controller read it (1), an event the harness posted (0).
+func (r Reward) Rank() int {
+	switch r.Source {
+	case SourceEvaluator:
+		return 2
+	case SourceRewardFile:
+		return 1
+	}
+	return 0
+}
+
+// DefaultMaxAbsReward is the default bound on |reward| at the door.
+const DefaultMaxAbsReward = 1e6
+
+// GatewayOwned reports whether only the gateway itself writes events of
+// type t (model calls it served, spans it took in by OTLP): a scoped
+// attempt key may not append them on any route.
+func GatewayOwned(t string) bool {
+	return t == store.EventModelRequest || t == store.EventSpan
+}
+
+// FieldError is an appended event refused at the door: Status is 403 for a
+// type or field the caller may not write, 400 for a bad value; Field names
+// it ("events[0].data.value").
+type FieldError struct {
+	Status  int
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// CheckEvents validates events before they are appended, the same way on
+// every route: each names a type; a harness (a scoped attempt key) may
+// append only harness types (reward, log, custom), never a gateway-owned
+// one nor a reward carrying a source; every reward is a JSON number or a
+// Reward object whose values are finite numbers with |v| <= maxAbs
+// (DefaultMaxAbsReward when maxAbs <= 0).
+func CheckEvents(evs []store.NewEvent, harness bool, maxAbs float64) *FieldError {
+	if !(maxAbs > 0) { // NaN too
+		maxAbs = DefaultMaxAbsReward
+	}
+	for i, e := range evs {
+		field := "events[" + strconv.Itoa(i) + "]"
+		switch {
+		case e.Type == "":
+			return &FieldError{http.StatusBadRequest, field + ".type", "event type is required"}
+		case harness && GatewayOwned(e.Type):
+			return &FieldError{http.StatusForbidden, field + ".type", e.Type + " events are recorded by the gateway, not posted by harnesses"}
+		case e.Type == store.EventReward:
+			if fe := checkReward(e.Data, harness, maxAbs); fe != nil {
+				fe.Field = field + ".data" + fe.Field
+				return fe
+			}
+		}
+	}
+	return nil
+}
+
+// checkReward validates reward event data; the FieldError's Field is the
+// path below data ("" for data itself, ".value", …).
+func checkReward(data json.RawMessage, harness bool, maxAbs float64) *FieldError {
+	bad := func(field, format string, args ...any) *FieldError {
+		return &FieldError{http.StatusBadRequest, field, fmt.Sprintf(format, args...)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if len(bytes.TrimSpace(data)) == 0 {
+		return bad("", "a reward is a number or an object with value or values, got nothing")
+	}
+	if err := dec.Decode(&v); err != nil {
+		return bad("", "malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return bad("", "malformed JSON: more than one value")
+	}
+	number := func(field string, x any) *FieldError {
+		n, ok := x.(json.Number)
+		if !ok {
+			return bad(field, "a reward value must be a number, got %s", jsonKind(x))
+		}
+		f, err := strconv.ParseFloat(string(n), 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			return bad(field, "reward %s is not a finite number", n)
+		}
+		if math.Abs(f) > maxAbs {
+			return bad(field, "reward %s is out of range: |reward| must be at most %g", n, maxAbs)
+		}
+		return nil
+	}
+	switch d := v.(type) {
+	case json.Number:
+		return number("", d)
+	case map[string]any:
+		value, hasValue := d["value"]
+		values, hasValues := d["values"]
+		if hasValue {
+			if fe := number(".value", value); fe != nil {
+				return fe
+			}
+		}
+		if hasValues {
+			m, ok := values.(map[string]any)
+			if !ok {
+				return bad(".values", "values must be an object of numbers, got %s", jsonKind(values))
+			}
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				if fe := number(".values."+k, m[k]); fe != nil {
+					return fe
+				}
+			}
+			if p, ok := d["primary"]; ok && !hasValue {
+				ps, ok := p.(string)
+				if !ok {
+					return bad(".primary", "primary must be a string, got %s", jsonKind(p))
+				}
+				if _, ok := m[ps]; !ok && (ps != "" || len(m) != 1) {
+					return bad(".primary", "primary %q is not among values", ps)
+				}
+			} else if !hasValue && len(m) == 0 {
+				return bad(".values", "values is empty")
+			} else if !hasValue && len(m) != 1 {
+				return bad(".primary", "several values need a primary naming the one trained on")
+			}
+		}
+		if !hasValue && !hasValues {
+			return bad("", "a reward object needs value or values")
+		}
+		for _, k := range []string{"call_id", "source"} {
+			if x, ok := d[k]; ok {
+				if _, ok := x.(string); !ok {
+					return bad("."+k, "%s must be a string, got %s", k, jsonKind(x))
+				}
+			}
+		}
+		if s, ok := d["source"]; ok && harness {
+			return &FieldError{http.StatusForbidden, ".source", fmt.Sprintf("a reward's source (%q) is set by the controller, not by harnesses", s)}
+		}
+		return nil
+	default:
+		return bad("", "a reward is a number or an object with value or values, got %s", jsonKind(v))
+	}
+}
+
+// jsonKind names the JSON type of a decoded value.
+func jsonKind(x any) string {
+	switch x.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", x)
 }

@@ -45,6 +45,9 @@ type Gateway struct {
 	MaxBodyBytes int64         `yaml:"max_body_bytes"`
 	ReapInterval time.Duration `yaml:"reap_interval"`
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// MaxAbsReward bounds |reward| of appended reward events on every
+	// route (default 1e6, api.DefaultMaxAbsReward).
+	MaxAbsReward float64 `yaml:"max_abs_reward"`
 }
 
 // Default returns the built-in configuration.

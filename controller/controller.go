@@ -19,18 +19,35 @@
 // past its rollout's timeout_seconds gets SIGTERM on its whole process group
 // (SIGKILL after KillGrace) and the attempt fails with "timeout …".
 //
-// When the harness exits, the last LogTailBytes of its stdout and of its
-// stderr are appended as one "log" event each ({"stream","text","bytes",
-// "truncated"}). The reward: a harness may post reward events to
-// AGL_EVENTS_URL itself; a non-empty reward file (a JSON number or an
-// api.Reward object) is appended as a reward event (being the newest, it is
-// the one the rollout's reward summary takes); with neither, the Evaluator
-// command, if configured, runs with the same environment plus AGL_LOG_FILE
-// (the harness's full stdout), AGL_STDERR_FILE and AGL_EXIT_CODE, and its
-// stdout (or its last line) is parsed like the reward file. Then the attempt is
-// completed exactly once: exit 0 → succeeded; otherwise failed with
-// "exit status N: <last stderr line>", which the store retries up to the
-// rollout's max_attempts.
+// The moment the harness exits, its scoped key is revoked at the gateway
+// and every process it left behind is killed — its process group, and,
+// the controller being the child subreaper (Linux), processes that left
+// the group (setsid, double fork) too — so that nothing the harness
+// started can post a reward afterwards. Then the last LogTailBytes of its
+// stdout and of its stderr are appended as one "log" event each
+// ({"stream","text","bytes","truncated"}), with the attempt's key, the
+// admin key and anything shaped like a scoped key replaced by
+// "[REDACTED]".
+//
+// The reward comes from Config.RewardSource:
+//
+//   - harness: a non-empty reward file (a JSON number or an api.Reward
+//     object) is appended as a reward event with source "reward_file",
+//     which outranks the reward events the harness posted to
+//     AGL_EVENTS_URL; without one, the newest final reward event counts.
+//   - evaluator: the Evaluator command runs with the same environment plus
+//     AGL_LOG_FILE (the harness's full stdout), AGL_STDERR_FILE and
+//     AGL_EXIT_CODE, and its stdout (or its last line) is parsed like the
+//     reward file and appended with source "evaluator", which outranks
+//     every reward the harness sent, final or per call, whenever it
+//     arrived (api.Reward.Rank). A non-empty reward file is kept as a
+//     "harness_reward" event, a diagnostic.
+//   - both: the harness's final reward (file, else an event without
+//     call_id) when it sent one; else the evaluator's.
+//
+// Then the attempt is completed exactly once: exit 0 → succeeded;
+// otherwise failed with "exit status N: <last stderr line>", which the
+// store retries up to the rollout's max_attempts.
 //
 // A harness that exits 0 without any reward still completes as succeeded:
 // its rollout then has no reward summary, and what to do with it (drop it,
@@ -51,6 +68,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,9 +104,13 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// PollInterval is how long to wait when nothing is queued (default 500ms).
 	PollInterval time.Duration
-	// Evaluator, if set, is run after a harness exiting 0 that reported no
-	// reward; its stdout is the reward.
+	// Evaluator, if set, is run after a harness exiting 0 (see
+	// RewardSource); its stdout is the reward.
 	Evaluator []string
+	// RewardSource says whose reward the rollout gets: RewardHarness,
+	// RewardEvaluator or RewardBoth (default: evaluator when an Evaluator
+	// is configured, else harness).
+	RewardSource string
 	// EvaluatorTimeout bounds the evaluator (default 60s).
 	EvaluatorTimeout time.Duration
 	// LogTailBytes is how much of each output stream is kept (default 4096).
@@ -100,6 +122,20 @@ type Config struct {
 	// HTTP is the client used to reach the gateway (default: 90s timeout).
 	HTTP *http.Client
 }
+
+// Reward sources (Config.RewardSource).
+const (
+	// RewardHarness: the harness's reward — its reward file when not
+	// empty, else the newest final reward event it posted. No evaluator.
+	RewardHarness = "harness"
+	// RewardEvaluator: the evaluator's reward, always; whatever the
+	// harness sent (reward file, reward events, per-call rewards) is kept
+	// as diagnostics and never used.
+	RewardEvaluator = "evaluator"
+	// RewardBoth: the harness's reward when it sent a final one (reward
+	// file or a reward event without call_id), else the evaluator's.
+	RewardBoth = "both"
+)
 
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Command) == 0 || c.Command[0] == "" {
@@ -118,6 +154,24 @@ func (c Config) withDefaults() (Config, error) {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return c, fmt.Errorf("controller: env entry %q: want KEY=VALUE", kv)
 		}
+	}
+	if c.RewardSource == "" {
+		c.RewardSource = RewardHarness
+		if len(c.Evaluator) > 0 {
+			c.RewardSource = RewardEvaluator
+		}
+	}
+	switch c.RewardSource {
+	case RewardHarness:
+		if len(c.Evaluator) > 0 {
+			return c, errors.New("controller: reward_source harness never runs the evaluator: set reward_source evaluator or both, or drop the evaluator")
+		}
+	case RewardEvaluator, RewardBoth:
+		if len(c.Evaluator) == 0 {
+			return c, fmt.Errorf("controller: reward_source %s needs an evaluator", c.RewardSource)
+		}
+	default:
+		return c, fmt.Errorf("controller: reward_source %q: want harness, evaluator or both", c.RewardSource)
 	}
 	c.GatewayURL = strings.TrimRight(c.GatewayURL, "/")
 	if c.Concurrency <= 0 {
@@ -168,6 +222,9 @@ func Run(ctx context.Context, cfg Config) error {
 		cl.HTTP = cfg.HTTP
 	}
 	c := &runner{cfg: cfg, api: cl, log: cfg.Logger}
+	if err := becomeSubreaper(); err != nil {
+		c.log.Warn("controller: cannot become the child subreaper: processes a harness detaches (setsid) may outlive its attempt", "err", err)
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, cfg.Concurrency)
@@ -242,11 +299,17 @@ type attempt struct {
 	errPath string
 	env     []string
 	log     *slog.Logger
+	// secrets are redacted from everything stored from the attempt's
+	// output: its scoped key and the admin key.
+	secrets []string
 }
 
 func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 	a := &attempt{claim: claim, rid: claim.Rollout.ID, aid: claim.Attempt.ID}
 	a.log = c.log.With("rollout", a.rid, "attempt", a.aid)
+	a.secrets = []string{claim.Key, c.cfg.AdminKey}
+	procs.begin(a.aid)
+	defer procs.end(a.aid)
 	a.log.Debug("controller: attempt claimed")
 	// ctx ends when the controller stops or the attempt is lost.
 	ctx, cancel := context.WithCancelCause(parent)
@@ -290,8 +353,13 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		return
 	}
 	pid := cmd.Process.Pid
+	procs.add(pid)
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		procs.remove(pid)
+		exited <- err
+	}()
 
 	var deadline <-chan time.Time
 	timeout := time.Duration(claim.Rollout.Config.TimeoutSeconds * float64(time.Second))
@@ -303,10 +371,10 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 
 	select {
 	case werr := <-exited:
-		// Orphans the harness left behind do not outlive its attempt.
-		signalGroup(pid, syscall.SIGKILL)
+		c.harnessEnded(a, pid)
 		c.finish(ctx, a, werr)
 	case <-deadline:
+		c.revoke(a)
 		signalGroup(pid, syscall.SIGTERM)
 		msg := fmt.Sprintf("timeout: killed after %s", timeout)
 		a.log.Info("controller: attempt timed out, killing its process group", "timeout", timeout)
@@ -315,18 +383,88 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		c.appendLogs(ctx, a)
 		c.complete(a, store.AttemptFailed, msg)
 		c.reap(pid, exited)
+		c.sweep(a)
 	case <-ctx.Done():
 		if errors.Is(context.Cause(ctx), errLost) {
 			a.log.Info("controller: attempt ended elsewhere, killing its process group")
 			signalGroup(pid, syscall.SIGKILL)
 			<-exited
+			c.sweep(a)
 			return
 		}
+		c.revoke(a)
 		signalGroup(pid, syscall.SIGTERM)
 		c.reap(pid, exited)
+		c.sweep(a)
 		c.appendLogs(context.Background(), a)
 		c.complete(a, store.AttemptFailed, Stopped)
 	}
+}
+
+// harnessEnded runs the moment the harness exits by itself: its key dies
+// (so nothing it left behind can post a reward any more), then every
+// process it left behind is killed, before logs are read and the
+// evaluator runs.
+func (c *runner) harnessEnded(a *attempt, pid int) {
+	c.revoke(a)
+	signalGroup(pid, syscall.SIGKILL)
+	c.sweep(a)
+}
+
+// revoke kills the attempt's scoped key at the gateway. A failure is
+// logged: the reward ranks (api.Reward.Rank) still keep an evaluator's
+// reward authoritative.
+func (c *runner) revoke(a *attempt) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.api.RevokeKey(ctx, a.rid, a.aid); err != nil {
+		a.log.Warn("controller: revoke the attempt's key", "err", err)
+	}
+}
+
+// sweep kills whatever processes the attempt left behind (see the
+// package-level sweep).
+func (c *runner) sweep(a *attempt) {
+	if n := sweep(a.aid, procs.running, procs.live); n > 0 {
+		a.log.Info("controller: killed processes the attempt left behind", "processes", n)
+	}
+}
+
+// procs tracks, for the whole process (the subreaper is process-wide and
+// several controllers may run in one process), the attempts running and
+// the harness and evaluator processes alive, so that one attempt's sweep
+// spares the others.
+var procs = &registry{pids: map[int]bool{}, attempts: map[string]int{}}
+
+type registry struct {
+	mu       sync.Mutex
+	pids     map[int]bool
+	attempts map[string]int
+}
+
+func (r *registry) begin(aid string) { r.mu.Lock(); r.attempts[aid]++; r.mu.Unlock() }
+
+func (r *registry) end(aid string) {
+	r.mu.Lock()
+	if r.attempts[aid]--; r.attempts[aid] <= 0 {
+		delete(r.attempts, aid)
+	}
+	r.mu.Unlock()
+}
+
+func (r *registry) add(pid int)    { r.mu.Lock(); r.pids[pid] = true; r.mu.Unlock() }
+func (r *registry) remove(pid int) { r.mu.Lock(); delete(r.pids, pid); r.mu.Unlock() }
+
+func (r *registry) live(pid int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pids[pid]
+}
+
+func (r *registry) running(aid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempts[aid] > 0
 }
 
 // reap waits up to KillGrace for the harness to exit after SIGTERM, then
@@ -415,7 +553,7 @@ func (c *runner) finish(ctx context.Context, a *attempt, werr error) {
 	code := exitCode(werr)
 	if werr != nil {
 		msg := exitMessage(werr)
-		if line := lastLine(readTail(a.errPath, c.cfg.LogTailBytes)); line != "" {
+		if line := lastLine(a.redact(readTail(a.errPath, c.cfg.LogTailBytes))); line != "" {
 			msg += ": " + line
 		}
 		c.complete(a, store.AttemptFailed, msg)
@@ -425,44 +563,75 @@ func (c *runner) finish(ctx context.Context, a *attempt, werr error) {
 		if errors.Is(context.Cause(ctx), errLost) {
 			return
 		}
-		c.complete(a, store.AttemptFailed, err.Error())
+		c.complete(a, store.AttemptFailed, a.redact(err.Error()))
 		return
 	}
 	c.complete(a, store.AttemptSucceeded, "")
 }
 
-// reward records the attempt's reward from the reward file or the evaluator,
-// unless the harness already posted one.
+// EventHarnessReward is the type of the diagnostic event that keeps a
+// reward file the evaluator's authority overrode:
+// {"text": the file (redacted, bounded), "bytes": its size}.
+const EventHarnessReward = "harness_reward"
+
+// reward records the attempt's reward from the configured source (see
+// RewardSource). Every reward the controller appends carries its source
+// (api.SourceRewardFile, api.SourceEvaluator), which ranks it above what
+// the harness posted, whenever that arrived.
 func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 	b, err := os.ReadFile(filepath.Join(a.dir, "reward"))
 	if err != nil {
 		return fmt.Errorf("reward file: %w", err)
 	}
-	if b = bytes.TrimSpace(b); len(b) > 0 {
-		data, err := rewardData(b)
+	b = bytes.TrimSpace(b)
+	if c.cfg.RewardSource == RewardEvaluator {
+		if len(b) > 0 {
+			// A diagnostic, never the reward.
+			text := a.redact(truncate(string(b), c.cfg.LogTailBytes))
+			d, _ := json.Marshal(struct {
+				Text  string `json:"text"`
+				Bytes int    `json:"bytes"`
+			}{text, len(b)})
+			if err := c.append(ctx, a, store.NewEvent{Type: EventHarnessReward, Data: d}); err != nil {
+				a.log.Warn("controller: record the harness's reward file", "err", err)
+			}
+		}
+		return c.evaluatorReward(ctx, a, code)
+	}
+	if len(b) > 0 {
+		data, err := rewardData(b, api.SourceRewardFile)
 		if err != nil {
 			return fmt.Errorf("reward file: %w", err)
 		}
 		return c.append(ctx, a, store.NewEvent{Type: store.EventReward, Data: data})
 	}
-	if len(c.cfg.Evaluator) == 0 {
-		return nil
+	if c.cfg.RewardSource == RewardHarness {
+		return nil // the harness's own reward events, if any
 	}
-	evs, err := c.api.ListEvents(ctx, store.EventFilter{RolloutID: a.rid, AttemptID: a.aid, Types: []string{store.EventReward}, Limit: 1})
+	// RewardBoth: the harness's final reward event, if it posted one
+	// (per-call rewards do not count), else the evaluator.
+	evs, err := c.api.ListEvents(ctx, store.EventFilter{RolloutID: a.rid, AttemptID: a.aid, Types: []string{store.EventReward}})
 	if err != nil {
 		return fmt.Errorf("controller: list reward events: %w", err)
 	}
-	if len(evs) > 0 {
-		return nil // the harness reported its own reward
+	for _, e := range evs {
+		if r, err := api.ParseReward(e.Data); err == nil && r.CallID == "" {
+			return nil // the harness reported its own reward
+		}
 	}
+	return c.evaluatorReward(ctx, a, code)
+}
+
+// evaluatorReward runs the evaluator and appends its reward.
+func (c *runner) evaluatorReward(ctx context.Context, a *attempt, code int) error {
 	out, err := c.evaluate(ctx, a, code)
 	if err != nil {
 		return err
 	}
-	data, err := rewardData(out)
+	data, err := rewardData(out, api.SourceEvaluator)
 	if err != nil {
 		// Accept a chatty evaluator whose last line is the reward.
-		if data, err = rewardData([]byte(lastLine(string(out)))); err != nil {
+		if data, err = rewardData([]byte(lastLine(string(out))), api.SourceEvaluator); err != nil {
 			return fmt.Errorf("evaluator output %q: %w", truncate(string(out), 200), err)
 		}
 	}
@@ -483,15 +652,23 @@ func (c *runner) evaluate(ctx context.Context, a *attempt, code int) ([]byte, er
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("evaluator: %w", err)
 	}
+	pid := cmd.Process.Pid
+	procs.add(pid)
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		procs.remove(pid)
+		exited <- err
+	}()
 	var err error
 	select {
 	case err = <-exited:
-		signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+		signalGroup(pid, syscall.SIGKILL)
+		c.sweep(a)
 	case <-ctx.Done():
-		signalGroup(cmd.Process.Pid, syscall.SIGKILL)
+		signalGroup(pid, syscall.SIGKILL)
 		<-exited
+		c.sweep(a)
 		return nil, fmt.Errorf("evaluator: %w", context.Cause(ctx))
 	}
 	if err != nil {
@@ -505,18 +682,40 @@ func (c *runner) evaluate(ctx context.Context, a *attempt, code int) ([]byte, er
 }
 
 // rewardData validates a reward (a JSON number or an api.Reward object) and
-// returns it as reward event data.
-func rewardData(b []byte) (json.RawMessage, error) {
+// returns it as reward event data stamped with source.
+func rewardData(b []byte, source string) (json.RawMessage, error) {
 	b = bytes.TrimSpace(b)
-	r, err := api.ParseReward(b)
-	if err != nil {
+	if _, err := api.ParseReward(b); err != nil {
 		return nil, err
 	}
+	obj := map[string]json.RawMessage{}
 	if len(b) > 0 && b[0] == '{' {
-		return json.RawMessage(b), nil
+		if err := json.Unmarshal(b, &obj); err != nil {
+			return nil, err
+		}
+	} else {
+		obj["value"] = json.RawMessage(b)
 	}
-	return json.Marshal(r)
+	obj["source"], _ = json.Marshal(source)
+	return json.Marshal(obj)
 }
+
+// redact replaces the attempt's secrets (its scoped key, the admin key)
+// and anything shaped like a scoped key in s with "[REDACTED]".
+func (a *attempt) redact(s string) string {
+	for _, k := range a.secrets {
+		if k != "" {
+			s = strings.ReplaceAll(s, k, redacted)
+		}
+	}
+	return scopedKeyRE.ReplaceAllString(s, redacted)
+}
+
+const redacted = "[REDACTED]"
+
+// scopedKeyRE matches a scoped key (store.NewKey: the prefix and 43
+// base64url characters), whichever attempt it belongs to.
+var scopedKeyRE = regexp.MustCompile(regexp.QuoteMeta(store.KeyPrefix) + `[A-Za-z0-9_-]{16,}`)
 
 // logData is the data of the "log" events the controller appends.
 type logData struct {
@@ -535,8 +734,14 @@ func (c *runner) appendLogs(ctx context.Context, a *attempt) {
 		if err != nil || fi.Size() == 0 {
 			continue
 		}
-		text := readTail(s.path, c.cfg.LogTailBytes)
-		d, err := json.Marshal(logData{Stream: s.name, Text: text, Bytes: fi.Size(), Truncated: fi.Size() > int64(len(text))})
+		// Read a margin more than kept, so that a key the tail's start
+		// would cut in two is still whole when redacted.
+		text := a.redact(readTail(s.path, c.cfg.LogTailBytes+a.margin()))
+		truncated := fi.Size() > int64(c.cfg.LogTailBytes)
+		if len(text) > c.cfg.LogTailBytes {
+			text = runeStart(text[len(text)-c.cfg.LogTailBytes:])
+		}
+		d, err := json.Marshal(logData{Stream: s.name, Text: text, Bytes: fi.Size(), Truncated: truncated})
 		if err != nil {
 			continue
 		}
@@ -548,6 +753,25 @@ func (c *runner) appendLogs(ctx context.Context, a *attempt) {
 	if err := c.append(ctx, a, evs...); err != nil {
 		a.log.Warn("controller: append log events", "err", err)
 	}
+}
+
+// margin is the longest secret the attempt redacts.
+func (a *attempt) margin() int {
+	n := len(store.KeyPrefix) + 64
+	for _, k := range a.secrets {
+		n = max(n, len(k))
+	}
+	return n
+}
+
+// runeStart drops the bytes of a rune cut at the start of s.
+func runeStart(s string) string {
+	for i := 0; i < len(s) && i < 4; i++ {
+		if s[i]&0xC0 != 0x80 {
+			return s[i:]
+		}
+	}
+	return s
 }
 
 func (c *runner) append(ctx context.Context, a *attempt, evs ...store.NewEvent) error {

@@ -255,7 +255,10 @@ func TestRewardSources(t *testing.T) {
 	}{
 		{"reward file", []string{"sh", "reward_file.sh"}, nil, ptr(0.75)},
 		{"reward event", []string{"python3", "reward_event.py"}, nil, ptr(1)},
-		{"reward event wins over evaluator", []string{"python3", "reward_event.py"}, []string{"sh", "-c", "echo 0.25"}, ptr(1)},
+		{"both: reward event wins over evaluator", []string{"python3", "reward_event.py"}, []string{"sh", "-c", "echo 0.25"}, ptr(1)},
+		{"evaluator: reward event ignored", []string{"python3", "reward_event.py"}, []string{"sh", "-c", "echo 0.25"}, ptr(0.25)},
+		{"evaluator: reward file ignored", []string{"sh", "reward_file.sh"}, []string{"sh", "-c", "echo 0.25"}, ptr(0.25)},
+		{"both: reward file wins over evaluator", []string{"sh", "reward_file.sh"}, []string{"sh", "-c", "echo 0.25"}, ptr(0.75)},
 		{"evaluator", []string{"sh", "answer.sh"}, []string{"sh", "-c", `grep -q "answer 42" "$AGL_LOG_FILE" && echo "checked" && echo 1 || echo 0`}, ptr(1)},
 		{"harness relative to dir", []string{"./answer.sh"}, []string{"sh", "-c", `grep -q "answer 42" "$AGL_LOG_FILE" && echo 1 || echo 0`}, ptr(1)},
 		{"evaluator says zero", []string{"sh", "silent.sh"}, []string{"sh", "-c", `grep -q "answer 42" "$AGL_LOG_FILE" && echo 1 || echo 0`}, ptr(0)},
@@ -267,6 +270,9 @@ func TestRewardSources(t *testing.T) {
 			ids := e.create(t, 1, store.RolloutConfig{MaxAttempts: 2}, `{"q":"1+1"}`)
 			cfg := e.config(tc.harness...)
 			cfg.Evaluator = tc.evaluator
+			if strings.HasPrefix(tc.name, "both:") {
+				cfg.RewardSource = controller.RewardBoth
+			}
 			start(t, cfg)
 			rs := e.wait(t, ids, 10*time.Second)
 			r := rs[0]
@@ -321,15 +327,13 @@ func TestEnvContract(t *testing.T) {
 			t.Errorf("stdout log lacks %q:\n%s", want, out)
 		}
 	}
-	// The key handed out is the attempt's scoped key.
-	var key string
-	for _, line := range strings.Split(out, "\n") {
-		if k, ok := strings.CutPrefix(line, "key="); ok {
-			key = k
-		}
+	// The key handed out is the attempt's scoped key (the event it posted
+	// with it was taken), and it never reaches the stored logs.
+	if len(e.events(t, r.ID, "key_check")) != 1 {
+		t.Error("the harness's key did not post its event")
 	}
-	if _, err := e.st.AttemptByKey(context.Background(), r.ID, aid, key); err != nil || !strings.Contains(out, "akey="+key+"\n") {
-		t.Errorf("harness key %q is not the attempt's scoped key: %v", key, err)
+	if !strings.Contains(out, "key=[REDACTED]\nakey=[REDACTED]\n") || strings.Contains(out, store.KeyPrefix) {
+		t.Errorf("stdout log shows the key:\n%s", out)
 	}
 	if got := logText(t, logs, "stderr"); got != "to stderr\n" {
 		t.Errorf("stderr log %q", got)

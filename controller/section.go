@@ -17,6 +17,7 @@ import (
 //	  concurrency: 4
 //	  mode: train                      # claim only this mode (optional)
 //	  evaluator: [python3, score.py]   # optional
+//	  reward_source: evaluator         # harness | evaluator | both (default: evaluator with an evaluator, else harness)
 //	  heartbeat_interval: 10s
 //	  poll_interval: 500ms
 //	  evaluator_timeout: 60s
@@ -30,6 +31,7 @@ type Section struct {
 	Worker            string            `yaml:"worker"`
 	Mode              store.Mode        `yaml:"mode"`
 	Evaluator         []string          `yaml:"evaluator"`
+	RewardSource      string            `yaml:"reward_source"`
 	HeartbeatInterval time.Duration     `yaml:"heartbeat_interval"`
 	PollInterval      time.Duration     `yaml:"poll_interval"`
 	EvaluatorTimeout  time.Duration     `yaml:"evaluator_timeout"`
@@ -56,7 +58,7 @@ func (s Section) Config(base string) Config {
 	}
 	return Config{
 		Command: s.Command, Dir: dir, Env: env, Concurrency: s.Concurrency, WorkerID: s.Worker, Mode: s.Mode,
-		Evaluator: s.Evaluator, HeartbeatInterval: s.HeartbeatInterval, PollInterval: s.PollInterval,
+		Evaluator: s.Evaluator, RewardSource: s.RewardSource, HeartbeatInterval: s.HeartbeatInterval, PollInterval: s.PollInterval,
 		EvaluatorTimeout: s.EvaluatorTimeout, LogTailBytes: s.LogTailBytes, KillGrace: s.KillGrace,
 	}
 }

@@ -40,6 +40,7 @@ func (s *Server) routes() {
 	h("POST /api/claim", adminOnly, s.claim)
 	h("POST /api/rollouts/{id}/attempts/{aid}/heartbeat", adminOrAttempt, s.heartbeat)
 	h("POST /api/rollouts/{id}/attempts/{aid}/complete", adminOnly, s.complete)
+	h("POST /api/rollouts/{id}/attempts/{aid}/revoke", adminOnly, s.revokeKey)
 	h("POST /api/rollouts/{id}/attempts/{aid}/events", adminOrAttempt, s.appendEvents)
 	h("GET /api/terminal", adminOnly, s.terminal)
 	h("POST /api/models", adminOnly, s.registerModel)
@@ -354,6 +355,26 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// keyForgetter is an LLM that caches verified scoped keys (the proxy).
+type keyForgetter interface {
+	ForgetKey(rolloutID, attemptID string)
+}
+
+// revokeKey kills the attempt's scoped key in the store and in this
+// gateway's key cache: the controller calls it the moment the harness
+// exits, before the evaluator runs.
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
+	rid, aid := r.PathValue("id"), r.PathValue("aid")
+	if err := s.opt.Store.RevokeKey(r.Context(), rid, aid); err != nil {
+		return err
+	}
+	if f, ok := s.opt.LLM.(keyForgetter); ok {
+		f.ForgetKey(rid, aid)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request) error {
 	var req api.AppendEventsRequest
 	if err := decode(r, &req); err != nil {
@@ -361,6 +382,16 @@ func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(req.Events) == 0 {
 		return api.Errorf(http.StatusBadRequest, "invalid_request", "events is empty")
+	}
+	// A scoped key is the harness (even on a gateway without an admin
+	// key): it appends harness types only.
+	harness := !s.IsAdmin(r) || strings.HasPrefix(RequestKey(r), store.KeyPrefix)
+	if fe := api.CheckEvents(req.Events, harness, s.opt.MaxAbsReward); fe != nil {
+		code := "invalid_request"
+		if fe.Status == http.StatusForbidden {
+			code = "forbidden"
+		}
+		return api.Errorf(fe.Status, code, "%s", fe.Error())
 	}
 	evs, err := s.opt.Store.AppendEvents(r.Context(), r.PathValue("id"), r.PathValue("aid"), req.Events)
 	if err != nil {

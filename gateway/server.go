@@ -41,6 +41,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// ReapInterval is how often the reaper runs (default 2s; <0 disables).
 	ReapInterval time.Duration
+	// MaxAbsReward bounds |reward| of appended reward events (default
+	// api.DefaultMaxAbsReward).
+	MaxAbsReward float64
 	// LLM serves /r/…; nil answers those routes with 404.
 	LLM    LLM
 	Logger *slog.Logger

@@ -47,12 +47,13 @@ func TestGatewayWiring(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A model call recorded as the proxy records it, appended over the API.
+	// A model call recorded as the proxy records it, appended over the API
+	// (with the admin key: a scoped key may not append model_request).
 	call, _ := json.Marshal(api.ModelCall{CallID: "c1", API: api.ShapeMessages, PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{4, 5},
 		Usage: api.Usage{PromptTokens: 3, CompletionTokens: 2}, LatencyMS: 250})
 	body, _ := json.Marshal(api.AppendEventsRequest{Events: []store.NewEvent{{Type: store.EventModelRequest, Data: call}}})
 	req, _ := http.NewRequest("POST", srv.URL+"/api/rollouts/r1/attempts/"+cl.Attempt.ID+"/events", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+cl.Key)
+	req.Header.Set("Authorization", "Bearer "+admin)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

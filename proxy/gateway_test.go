@@ -209,7 +209,14 @@ func TestHarnessEvents(t *testing.T) {
 		{"array", `[{"type":"log","data":{"msg":"a"}},{"type":"my_metric","data":3}]`, cl.Key, 200},
 		{"wrapped", `{"events":[{"type":"log","data":"b"}]}`, cl.Key, 200},
 		{"bad reward", `{"type":"reward","data":{"values":{"a":1,"b":2}}}`, cl.Key, 400},
-		{"forged model_request", `{"type":"model_request","data":{}}`, cl.Key, 400},
+		{"forged model_request", `{"type":"model_request","data":{}}`, cl.Key, 403},
+		{"forged span", `[{"type":"log","data":1},{"type":"span","data":{}}]`, cl.Key, 403},
+		{"forged reward source", `{"type":"reward","data":{"value":1,"source":"evaluator"}}`, cl.Key, 403},
+		{"overflowing reward", `{"type":"reward","data":{"value":1.7e308}}`, cl.Key, 400},
+		{"reward out of bound", `{"type":"reward","data":1000001}`, cl.Key, 400},
+		{"boolean reward", `{"type":"reward","data":{"value":true}}`, cl.Key, 400},
+		{"string reward", `{"type":"reward","data":{"value":"1"}}`, cl.Key, 400},
+		{"null reward", `{"type":"reward","data":null}`, cl.Key, 400},
 		{"no type", `{"data":1}`, cl.Key, 400},
 		{"malformed", `{"type":`, cl.Key, 400},
 		{"wrong key", `{"type":"log","data":1}`, "nope", 401},
@@ -617,5 +624,29 @@ func TestServeTrusted(t *testing.T) {
 	}
 	if n := len(e.calls(t, cl)); n != 1 {
 		t.Fatalf("%d events", n)
+	}
+}
+
+// TestForgetKey: a key the store revoked and the proxy forgot is refused at
+// once, although the proxy had cached it (AuthCacheTTL an hour here).
+func TestForgetKey(t *testing.T) {
+	e := newEnv(t, proxy.Config{AuthCacheTTL: time.Hour}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	url := base(e.srv, cl) + "/events"
+	if st, _, body := post(t, "POST", url, bearer(cl.Key), `{"type":"log","data":1}`); st != 200 {
+		t.Fatalf("before revoke: %d %s", st, body)
+	}
+	if err := e.st.RevokeKey(testCtx(t), cl.Rollout.ID, cl.Attempt.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Cached: still taken until forgotten.
+	if st, _, body := post(t, "POST", url, bearer(cl.Key), `{"type":"log","data":2}`); st != 200 {
+		t.Fatalf("cached key: %d %s", st, body)
+	}
+	e.p.ForgetKey(cl.Rollout.ID, cl.Attempt.ID)
+	for i := 0; i < 2; i++ { // a second call does not re-cache it
+		if st, _, body := post(t, "POST", url, bearer(cl.Key), `{"type":"reward","data":1}`); st != 401 {
+			t.Fatalf("revoked key after ForgetKey: %d %s", st, body)
+		}
 	}
 }

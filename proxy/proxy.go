@@ -92,6 +92,10 @@ type Config struct {
 	// timeouts do not give up on long generations; errors after that point
 	// arrive as in-stream error events (default 15s; negative disables).
 	StreamKeepAlive time.Duration `json:"stream_keep_alive,omitempty" yaml:"stream_keep_alive,omitempty"`
+	// MaxAbsReward bounds |reward| of posted reward events (default
+	// api.DefaultMaxAbsReward); set from the gateway section's
+	// max_abs_reward, so that both event routes check the same bound.
+	MaxAbsReward float64 `json:"-" yaml:"-"`
 }
 
 func (c Config) withDefaults() Config {
@@ -359,7 +363,7 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 		p.authMu.RLock()
 		a, ok := p.auth[t]
 		p.authMu.RUnlock()
-		if ok && subtle.ConstantTimeCompare(a.sum[:], sum[:]) == 1 && time.Now().Before(a.until) {
+		if ok && !a.revoked && subtle.ConstantTimeCompare(a.sum[:], sum[:]) == 1 && time.Now().Before(a.until) {
 			return a.mode, nil
 		}
 	}
@@ -382,10 +386,21 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 		if len(p.auth) >= 1<<16 {
 			clear(p.auth)
 		}
-		p.auth[t] = authEntry{sum: sum, mode: mode, until: time.Now().Add(p.cfg.AuthCacheTTL)}
+		if !p.auth[t].revoked {
+			p.auth[t] = authEntry{sum: sum, mode: mode, until: time.Now().Add(p.cfg.AuthCacheTTL)}
+		}
 		p.authMu.Unlock()
 	}
 	return mode, nil
+}
+
+// ForgetKey drops the cached verification of an attempt's scoped key, so
+// that a key the store revoked is refused at once by this proxy (other
+// replicas within AuthCacheTTL).
+func (p *Proxy) ForgetKey(rolloutID, attemptID string) {
+	p.authMu.Lock()
+	p.auth[Target{RolloutID: rolloutID, AttemptID: attemptID}] = authEntry{revoked: true}
+	p.authMu.Unlock()
 }
 
 // trustedAttempt checks that the attempt exists (and runs) without a key.
@@ -417,6 +432,9 @@ type authEntry struct {
 	sum   [sha256.Size]byte
 	mode  store.Mode
 	until time.Time
+	// revoked marks a key ForgetKey dropped: not cached again (a check
+	// that raced the revocation must not re-admit it).
+	revoked bool
 }
 
 // rolloutMode returns (and caches: it never changes) a rollout's mode.
@@ -796,8 +814,10 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request, t Target) {
 const maxHarnessEvents = 1000
 
 // serveEvents appends harness-emitted events: one {"type","data","time"}
-// object, an array of them, or {"events":[…]}. Harnesses may not forge
-// model_request events; reward events must parse as api.Reward.
+// object, an array of them, or {"events":[…]}, checked by api.CheckEvents:
+// a scoped key may not forge gateway-owned events (model_request, span) or
+// a reward's source (403), and rewards must be finite numbers within the
+// configured bound (400).
 func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request, t Target) {
 	if r.Method != http.MethodPost {
 		writeError(w, styleOpenAI, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
@@ -812,7 +832,7 @@ func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request, t Target) {
 		writeError(w, styleOpenAI, aerr)
 		return
 	}
-	evs, aerr := parseHarnessEvents(body)
+	evs, aerr := parseHarnessEvents(body, r.Context().Value(trustedKey{}) == nil, p.cfg.MaxAbsReward)
 	if aerr != nil {
 		writeError(w, styleOpenAI, aerr)
 		return
@@ -842,7 +862,9 @@ func (p *Proxy) serveEvents(w http.ResponseWriter, r *http.Request, t Target) {
 	w.Write(b)
 }
 
-func parseHarnessEvents(body []byte) ([]store.NewEvent, *apiError) {
+// parseHarnessEvents decodes and checks a POST /events body; harness is
+// true for a caller with a scoped key (false behind ServeTrusted).
+func parseHarnessEvents(body []byte, harness bool, maxAbsReward float64) ([]store.NewEvent, *apiError) {
 	var evs []store.NewEvent
 	trim := strings.TrimSpace(string(body))
 	switch {
@@ -872,18 +894,10 @@ func parseHarnessEvents(body []byte) ([]store.NewEvent, *apiError) {
 	if len(evs) > maxHarnessEvents {
 		return nil, badRequest("events", "at most %d events per request", maxHarnessEvents)
 	}
+	if fe := api.CheckEvents(evs, harness, maxAbsReward); fe != nil {
+		return nil, &apiError{Status: fe.Status, Message: fe.Error(), Param: fe.Field}
+	}
 	for i, e := range evs {
-		param := "events[" + strconv.Itoa(i) + "]"
-		switch e.Type {
-		case "":
-			return nil, badRequest(param+".type", "event type is required")
-		case store.EventModelRequest:
-			return nil, badRequest(param+".type", "model_request events are recorded by the gateway, not posted by harnesses")
-		case store.EventReward:
-			if _, err := api.ParseReward(e.Data); err != nil {
-				return nil, badRequest(param+".data", "%v", err)
-			}
-		}
 		if len(e.Data) == 0 {
 			evs[i].Data = json.RawMessage("null")
 		}

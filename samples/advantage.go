@@ -62,6 +62,16 @@ type GroupStats struct {
 // advantages are 0 under every estimator (for REINFORCE++-baseline they
 // still take part in the batch whitening with a_i = 0, unless dropped), and
 // keep[g] is false when cfg.DropZeroVariance.
+//
+// The arithmetic is overflow-safe for any finite rewards: when a group's
+// rewards (the batch's, for REINFORCE++-baseline) exceed 2^500 in
+// magnitude, they are divided by a power of two (exactly) before summing,
+// so no mean, sum of squares or difference overflows; GRPO and
+// REINFORCE++-baseline are scale-free (ε is scaled along), and the
+// unnormalised Dr.GRPO and RLOO advantages are scaled back, saturating at
+// ±math.MaxFloat64 where the true value is not representable. Below 2^500
+// the plain formula is computed as written. A reward that is not finite
+// is an error.
 func Advantages(cfg AdvantageConfig, groups [][]float64) (adv [][]float64, keep []bool, st GroupStats, err error) {
 	eps := cfg.Eps
 	if eps == 0 {
@@ -72,6 +82,16 @@ func Advantages(cfg AdvantageConfig, groups [][]float64) (adv [][]float64, keep 
 	default:
 		return nil, nil, st, fmt.Errorf("samples: unknown advantage estimator %q", cfg.Estimator)
 	}
+	for g, rs := range groups {
+		for i, r := range rs {
+			if math.IsNaN(r) || math.IsInf(r, 0) {
+				return nil, nil, st, fmt.Errorf("samples: group %d rollout %d: reward %v is not finite", g, i, r)
+			}
+		}
+	}
+	// lg[g] is log2 of group g's scale (REINFORCE++-baseline rescales
+	// its groups to one batch scale before whitening).
+	lg := make([]int, len(groups))
 	adv = make([][]float64, len(groups))
 	keep = make([]bool, len(groups))
 	st.Groups = len(groups)
@@ -105,33 +125,70 @@ func Advantages(cfg AdvantageConfig, groups [][]float64) (adv [][]float64, keep 
 			}
 			continue // advantages stay 0
 		}
+		// REINFORCE++-baseline scales by the whole batch: its whitening
+		// mixes groups.
+		sc := scaleFor(rs)
+		_, lg[g] = math.Frexp(sc)
+		lg[g]--
 		mean := 0.0
 		for _, r := range rs {
-			mean += r
+			mean += r / sc
 		}
 		mean /= float64(n)
 		switch cfg.Estimator {
 		case GRPO, "":
 			ss := 0.0
 			for _, r := range rs {
-				ss += (r - mean) * (r - mean)
+				ss += (r/sc - mean) * (r/sc - mean)
 			}
 			std := math.Sqrt(ss / float64(n-1))
 			for i, r := range rs {
-				a[i] = (r - mean) / (std + eps)
+				a[i] = (r/sc - mean) / (std + eps/sc)
 			}
-		case DrGRPO, ReinforcePPBaseline:
+		case DrGRPO:
 			for i, r := range rs {
-				a[i] = r - mean
+				a[i] = saturate((r/sc - mean) * sc)
+			}
+		case ReinforcePPBaseline:
+			for i, r := range rs {
+				a[i] = r/sc - mean // times sc: rescaled and whitened below
 			}
 		case RLOO:
 			sum := mean * float64(n)
 			for i, r := range rs {
-				a[i] = r - (sum-r)/float64(n-1)
+				a[i] = saturate((r/sc - (sum-r/sc)/float64(n-1)) * sc)
 			}
 		}
 	}
 	if cfg.Estimator == ReinforcePPBaseline {
+		// Bring every a_i to one scale 2^k, k the batch's largest binary
+		// order of a_i (0, the plain formula, while no group was scaled):
+		// whitening is scale-free with ε scaled along.
+		k, scaled := math.MinInt, false
+		for g := range adv {
+			scaled = scaled || (keep[g] && lg[g] != 0)
+		}
+		for g, a := range adv {
+			if !keep[g] || !scaled {
+				continue
+			}
+			for _, x := range a {
+				if x != 0 {
+					_, e := math.Frexp(x)
+					k = max(k, e+lg[g]-1)
+				}
+			}
+		}
+		if !scaled || k == math.MinInt {
+			k = 0
+		}
+		if scaled {
+			for g, a := range adv {
+				for i := range a {
+					a[i] = math.Ldexp(a[i], lg[g]-k)
+				}
+			}
+		}
 		var sum, cnt float64
 		for g, a := range adv {
 			if !keep[g] {
@@ -154,15 +211,46 @@ func Advantages(cfg AdvantageConfig, groups [][]float64) (adv [][]float64, keep 
 				}
 			}
 			sigma := math.Sqrt(ss / cnt)
+			epsSc := math.Ldexp(eps, -k)
 			for g, a := range adv {
 				if !keep[g] {
 					continue
 				}
 				for i := range a {
-					a[i] = (a[i] - mu) / (sigma + eps)
+					a[i] = (a[i] - mu) / (sigma + epsSc)
 				}
 			}
 		}
 	}
 	return adv, keep, st, nil
+}
+
+// scaleFor returns 1 when every reward is at most 2^500 in magnitude (no
+// sum of squares of differences of n < 2^20 such rewards can overflow),
+// else the power of two at or just below half the largest magnitude's
+// binary order (2^(e-1) for m = f·2^e, f in [0.5, 1): representable even for
+// math.MaxFloat64), by which the rewards are divided exactly into [-2, 2].
+func scaleFor(groups ...[]float64) float64 {
+	m := 0.0
+	for _, rs := range groups {
+		for _, r := range rs {
+			m = max(m, math.Abs(r))
+		}
+	}
+	if m <= 0x1p500 {
+		return 1
+	}
+	_, e := math.Frexp(m)
+	return math.Ldexp(1, e-1)
+}
+
+// saturate maps an overflowed ±Inf to ±math.MaxFloat64.
+func saturate(x float64) float64 {
+	switch {
+	case math.IsInf(x, 1):
+		return math.MaxFloat64
+	case math.IsInf(x, -1):
+		return -math.MaxFloat64
+	}
+	return x
 }

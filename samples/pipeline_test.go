@@ -27,6 +27,17 @@ func TestResolveReward(t *testing.T) {
 		ev(6, "a2", store.EventReward, `"oops"`),
 		ev(7, "a1", store.EventReward, `9`), // another attempt
 		ev(2, "a2", store.EventLog, `1`),
+		// a4: the evaluator's reward (seq 12) outranks the harness's later
+		// reward and per-call reward; a5: the reward file outranks a later
+		// harness event, per-call rewards still count.
+		ev(10, "a4", store.EventReward, `{"value":0.5,"call_id":"c1"}`),
+		ev(11, "a4", store.EventReward, `{"value":0.5,"source":"reward_file"}`),
+		ev(12, "a4", store.EventReward, `{"value":0,"source":"evaluator"}`),
+		ev(13, "a4", store.EventReward, `{"value":1}`),
+		ev(14, "a4", store.EventReward, `{"value":1,"call_id":"c2"}`),
+		ev(20, "a5", store.EventReward, `{"value":0.25,"source":"reward_file"}`),
+		ev(21, "a5", store.EventReward, `1`),
+		ev(22, "a5", store.EventReward, `{"value":0.5,"call_id":"c1"}`),
 	}
 	tests := []struct {
 		name    string
@@ -42,6 +53,8 @@ func TestResolveReward(t *testing.T) {
 		{"add call rewards", RewardConfig{AddCallRewards: true}, "a2", 1.3, false, map[string]float64{"c1": .3}, 1},
 		{"other attempt", RewardConfig{}, "a1", 9, false, nil, 0},
 		{"missing → fill", RewardConfig{Fill: -1}, "a3", -1, true, nil, 0},
+		{"evaluator outranks the harness", RewardConfig{AddCallRewards: true}, "a4", 0, false, nil, 0},
+		{"reward file outranks events", RewardConfig{AddCallRewards: true}, "a5", 0.75, false, map[string]float64{"c1": .5}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

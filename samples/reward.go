@@ -39,8 +39,12 @@ type RolloutReward struct {
 }
 
 // ResolveReward reads the "reward" events of one attempt in sequence order:
-// the last final (call-less) reward that parses wins; rewards naming a call
-// are intermediate and the last one per call wins.
+// of the final (call-less) rewards that parse, the last of the highest
+// api.Reward.Rank wins (an evaluator's over the reward file's over those the
+// harness posted, as the store's reward summary); rewards naming a call are
+// intermediate and the last one per call wins. When an evaluator's reward
+// is there, the harness's rewards — per-call ones included — are
+// diagnostics only and not used.
 func ResolveReward(cfg RewardConfig, events []store.Event, attemptID string) RolloutReward {
 	evs := make([]store.Event, 0, 2)
 	for _, e := range events {
@@ -49,7 +53,13 @@ func ResolveReward(cfg RewardConfig, events []store.Event, attemptID string) Rol
 		}
 	}
 	slices.SortStableFunc(evs, func(a, b store.Event) int { return cmpInt64(a.Seq, b.Seq) })
+	type parsed struct {
+		r api.Reward
+		v float64
+	}
+	ps := make([]parsed, 0, len(evs))
 	out := RolloutReward{Value: cfg.Fill, Missing: true}
+	top := -1 // the highest rank of a usable final reward
 	for _, e := range evs {
 		r, err := api.ParseReward(e.Data)
 		if err != nil {
@@ -66,14 +76,25 @@ func ResolveReward(cfg RewardConfig, events []store.Event, attemptID string) Rol
 			out.Bad++
 			continue
 		}
-		if r.CallID != "" {
+		ps = append(ps, parsed{r, v})
+		if r.CallID == "" {
+			top = max(top, r.Rank())
+		}
+	}
+	for _, p := range ps {
+		if p.r.CallID != "" {
+			if top == evaluatorRank && p.r.Rank() < evaluatorRank {
+				continue // the harness's shaping does not touch an evaluator's reward
+			}
 			if out.CallRewards == nil {
 				out.CallRewards = map[string]float64{}
 			}
-			out.CallRewards[r.CallID] = v
+			out.CallRewards[p.r.CallID] = p.v
 			continue
 		}
-		out.Value, out.Missing, out.Values = v, false, r.Values
+		if p.r.Rank() == top {
+			out.Value, out.Missing, out.Values = p.v, false, p.r.Values
+		}
 	}
 	if cfg.AddCallRewards {
 		// Sorted keys: a deterministic float sum.
@@ -83,6 +104,8 @@ func ResolveReward(cfg RewardConfig, events []store.Event, attemptID string) Rol
 	}
 	return out
 }
+
+var evaluatorRank = api.Reward{Source: api.SourceEvaluator}.Rank()
 
 func primary(cfg RewardConfig, r api.Reward) (float64, error) {
 	if cfg.Primary != "" && r.Value == nil {

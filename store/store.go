@@ -338,6 +338,12 @@ type Store interface {
 	// AttemptByKey returns the attempt (rolloutID, attemptID) if key is its
 	// scoped key, compared in constant time; ErrForbidden otherwise.
 	AttemptByKey(ctx context.Context, rolloutID, attemptID, key string) (Attempt, error)
+	// RevokeKey makes the attempt's scoped key grant nothing from now on
+	// (AttemptByKey answers ErrForbidden), whatever the attempt's status:
+	// the controller revokes it when the harness exits, before the
+	// evaluator runs. Revoking twice is not an error; an unknown attempt
+	// is ErrNotFound.
+	RevokeKey(ctx context.Context, rolloutID, attemptID string) error
 
 	// AppendEvents appends events to a running attempt, atomically and in
 	// order, and returns them with their sequence numbers.

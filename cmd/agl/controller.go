@@ -40,7 +40,8 @@ func runController(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Var(&env, "env", "extra KEY=VALUE for the harness (repeatable)")
 	worker := fs.String("worker", "", "worker id (default host-pid)")
 	mode := fs.String("mode", "", "claim only rollouts of this mode (train or val)")
-	evaluator := fs.String("evaluator", "", "shell command run after a harness that exited 0 without a reward; its stdout is the reward")
+	evaluator := fs.String("evaluator", "", "shell command run after a harness that exited 0 (see -reward-source); its stdout is the reward")
+	rewardSource := fs.String("reward-source", "", "whose reward counts: harness, evaluator or both (default: evaluator with an evaluator, else harness)")
 	heartbeat := fs.Duration("heartbeat", 0, "heartbeat interval (default 10s)")
 	poll := fs.Duration("poll", 0, "wait when nothing is queued (default 500ms)")
 	logTail := fs.Int("log-tail", 0, "bytes of stdout/stderr kept per attempt (default 4096)")
@@ -79,6 +80,9 @@ func runController(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if set["evaluator"] {
 		cfg.Evaluator = []string{"sh", "-c", *evaluator}
+	}
+	if set["reward-source"] {
+		cfg.RewardSource = *rewardSource
 	}
 	if set["heartbeat"] {
 		cfg.HeartbeatInterval = *heartbeat

@@ -124,7 +124,7 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	m := metrics.New(metrics.Options{Store: st, Runtime: true, CallsFromEvents: true})
 	st = m.WrapStore(st)
 	opt := gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
-		ReapInterval: c.Gateway.ReapInterval, Logger: log, Version: version(), Wrap: m.Middleware}
+		ReapInterval: c.Gateway.ReapInterval, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: m.Middleware}
 	if l != nil {
 		opt.LLM = l.Proxy
 		if l.Engine != nil {

@@ -179,6 +179,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer eng.Close()
+	pc.MaxAbsReward = c.Gateway.MaxAbsReward
 	px := proxy.New(pc, st, proxy.NewTokenBackend(eng, format, format.Tokenizer(), 0))
 	if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: state.Version, Weights: weightsDir}); err != nil && !errors.Is(err, store.ErrConflict) {
 		return err
@@ -208,7 +209,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	gctx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopGateway()
-	srv := gateway.New(gateway.Options{Store: st, AdminKey: key, LLM: px, Logger: log, Version: version(), Wrap: met.Middleware})
+	srv := gateway.New(gateway.Options{Store: st, AdminKey: key, LLM: px, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: met.Middleware})
 	srv.Handle("GET /metrics", met.Handler())
 	dashboard.New(dashboard.Options{Store: st, AdminKey: key, Status: srv.Status, Tokenizer: format.Tokenizer(), Logger: log}).Register(srv.Handle)
 	gwDone := make(chan error, 1)

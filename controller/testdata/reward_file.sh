@@ -10,4 +10,11 @@ echo "ids=$AGL_ROLLOUT_ID/$AGL_ATTEMPT_ID mode=$AGL_MODE"
 echo "admin=${AGL_ADMIN_KEY:-none} extra=$EXTRA"
 echo "pwd=$(pwd)"
 echo "to stderr" >&2
+# Proves the key works for this attempt: an event posted with it.
+python3 -c '
+import json, os, urllib.request
+req = urllib.request.Request(os.environ["AGL_EVENTS_URL"], data=json.dumps({"type": "key_check", "data": 1}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "x-api-key": os.environ["ANTHROPIC_API_KEY"]}, method="POST")
+urllib.request.urlopen(req).read()
+'
 echo 0.75 > "$AGL_REWARD_FILE"

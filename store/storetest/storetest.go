@@ -34,6 +34,7 @@ func Run(t *testing.T, open Opener) {
 		{"Events", testEvents},
 		{"RewardSummary", testRewardSummary},
 		{"Keys", testKeys},
+		{"RevokeKey", testRevokeKey},
 		{"Cancel", testCancel},
 		{"TerminalCursor", testTerminal},
 		{"Models", testModels},
@@ -389,6 +390,30 @@ func testKeys(t *testing.T, s store.Store) {
 	} {
 		_, err := s.AttemptByKey(c, k.r, k.a, k.key)
 		wantErr(t, err, store.ErrForbidden)
+	}
+}
+
+// testRevokeKey: a revoked key grants nothing, the attempt runs on (the
+// admin still completes it), other attempts' keys are untouched.
+func testRevokeKey(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "a"}, store.NewRollout{ID: "b"})
+	ca, cb := claim(t, s), claim(t, s)
+	if err := s.RevokeKey(c, "a", ca.Attempt.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.AttemptByKey(c, "a", ca.Attempt.ID, ca.Key)
+	wantErr(t, err, store.ErrForbidden)
+	must(s.AttemptByKey(c, "b", cb.Attempt.ID, cb.Key))
+	if err := s.RevokeKey(c, "a", ca.Attempt.ID); err != nil {
+		t.Errorf("second revoke: %v", err)
+	}
+	wantErr(t, s.RevokeKey(c, "a", cb.Attempt.ID), store.ErrNotFound)
+	wantErr(t, s.RevokeKey(c, "zz", "yy"), store.ErrNotFound)
+	must(s.AppendEvents(c, "a", ca.Attempt.ID, []store.NewEvent{{Type: store.EventReward, Data: json.RawMessage(`{"value":0,"source":"evaluator"}`)}}))
+	r := must(s.CompleteAttempt(c, "a", ca.Attempt.ID, store.AttemptSucceeded, ""))
+	if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != 0 {
+		t.Errorf("after revoke: rollout %s reward %v", r.Status, r.Reward)
 	}
 }
 

@@ -1,0 +1,153 @@
+//go:build linux
+
+package controller
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var subreaper struct {
+	once sync.Once
+	err  error
+}
+
+// becomeSubreaper makes this process the child subreaper of everything it
+// starts (PR_SET_CHILD_SUBREAPER): a process a harness left behind — even
+// one that called setsid() or double-forked — is re-parented to the
+// controller instead of init, where sweep finds it.
+func becomeSubreaper() error {
+	subreaper.once.Do(func() {
+		subreaper.err = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	})
+	return subreaper.err
+}
+
+// proc is one process as /proc/PID/stat describes it.
+type proc struct {
+	pid, ppid, pgid int
+	zombie          bool
+}
+
+// readProcs lists every process of the system.
+func readProcs() map[int]proc {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	out := make(map[int]proc, len(ents))
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp …; comm may hold spaces and parens.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pgid, _ := strconv.Atoi(f[2])
+		out[pid] = proc{pid: pid, ppid: ppid, pgid: pgid, zombie: f[0] == "Z"}
+	}
+	return out
+}
+
+// attemptOf returns the AGL_ATTEMPT_ID in a process's initial environment
+// ("" when it has none or it cannot be read).
+func attemptOf(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return ""
+	}
+	for kv := range bytes.SplitSeq(b, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte("AGL_ATTEMPT_ID=")); ok {
+			return string(v)
+		}
+	}
+	return ""
+}
+
+// sweep kills every process attempt aid left behind once its harness (or
+// evaluator) has exited, and reaps those re-parented to this process. With
+// the controller a subreaper, they are all descendants of this process;
+// it spares the subtrees of the live processes of other attempts (live)
+// and processes that are not the controller's own doing: those in this
+// process's own group naming no attempt (what a test binary or agl itself
+// starts). A left-behind process is recognised by the attempt its
+// environment names, or by having left this process's group (every
+// harness starts in a group of its own) without naming a running attempt.
+// It returns how many processes it killed.
+func sweep(aid string, running func(aid string) bool, live func(pid int) bool) int {
+	self, ownGroup := os.Getpid(), syscall.Getpgrp()
+	killed := 0
+	for round := 0; round < 50; round++ {
+		procs := readProcs()
+		children := map[int][]int{}
+		for _, p := range procs {
+			children[p.ppid] = append(children[p.ppid], p.pid)
+		}
+		var victims []proc
+		var walk func(pid int)
+		walk = func(pid int) {
+			for _, c := range children[pid] {
+				if live(c) {
+					continue // another attempt's harness or evaluator, and its tree
+				}
+				p := procs[c]
+				owner := attemptOf(c)
+				switch {
+				case owner == aid:
+				case p.pgid == ownGroup && owner == "":
+					continue // not started by a harness
+				case owner != "" && running(owner):
+					continue // left behind by another attempt still running
+				}
+				victims = append(victims, p)
+				walk(c)
+			}
+		}
+		walk(self)
+		if len(victims) == 0 {
+			return killed
+		}
+		for _, p := range victims {
+			if !p.zombie && syscall.Kill(p.pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+		// Reap those re-parented to us (their own children come to us in
+		// turn, found by the next round).
+		deadline := time.Now().Add(2 * time.Second)
+		for _, p := range victims {
+			if p.ppid != self {
+				continue
+			}
+			for {
+				var ws syscall.WaitStatus
+				n, err := syscall.Wait4(p.pid, &ws, syscall.WNOHANG, nil)
+				if n == p.pid || errors.Is(err, syscall.ECHILD) || (err != nil && !errors.Is(err, syscall.EINTR)) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	return killed
+}
