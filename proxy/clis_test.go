@@ -1,0 +1,192 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/store"
+)
+
+// The real CLIs, unmodified (installed from npm by scripts/install-clis.sh),
+// run non-interactively against the gateway. The engine is scripted: its
+// first reply is a tool call in the CLI's own tool, as Qwen3 writes it
+// (<tool_call>{"name": …, "arguments": …}</tool_call>, parsed by the
+// gateway's template), its second a final answer. Each CLI must run the
+// command, send its output back, and finish; the events hold the exact ids
+// of both calls.
+
+// cliRun runs a CLI with env (and PATH) in dir, returning stdout; it fails
+// the test with stderr if the CLI does not exit 0 within two minutes.
+func cliRun(t *testing.T, dir string, env []string, bin string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "TERM=dumb"}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), err, tail(stdout.String()), tail(stderr.String()))
+	}
+	return stdout.Bytes()
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return "…" + s[len(s)-4000:]
+	}
+	return s
+}
+
+// jsonLines decodes each JSON line of out.
+func jsonLines(t *testing.T, out []byte) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			lines = append(lines, m)
+		}
+	}
+	return lines
+}
+
+// checkCLICalls checks the rollout's events after a CLI run: two streamed
+// calls of the given API, exact ids (what the engine consumed and
+// produced), the second continuing the first's token state and holding the
+// command's output, 5.
+func checkCLICalls(t *testing.T, e *env, cl store.Claim, shape string) []api.ModelCall {
+	t.Helper()
+	calls := e.calls(t, cl)
+	if len(calls) != 2 {
+		t.Fatalf("%d model_request events, want 2 (tool call, final answer)", len(calls))
+	}
+	e.checkChain(t, calls, shape)
+	for k, c := range calls {
+		if !c.Stream {
+			t.Errorf("call %d was not streamed", k)
+		}
+	}
+	added := e.tmpl.Tokenizer().Decode(calls[1].PromptIDs[len(calls[0].PromptIDs)+len(calls[0].ResponseIDs):])
+	_, resp, _ := strings.Cut(added, "<tool_response>")
+	resp, _, _ = strings.Cut(resp, "</tool_response>")
+	if !slices.Contains(strings.Split(resp, "\n"), "5") {
+		t.Errorf("the second call's new prompt tokens hold no tool response with a line 5: %q", added)
+	}
+	t.Logf("first prompt %d tokens, second %d (+%d new); ignored: %q", len(calls[0].PromptIDs), len(calls[1].PromptIDs), len(calls[1].PromptIDs)-len(calls[0].PromptIDs)-len(calls[0].ResponseIDs), calls[0].Ignored)
+	return calls
+}
+
+// TestClaudeCodeCLI: claude -p … --output-format stream-json against the
+// gateway's Anthropic route; the model calls Bash.
+func TestClaudeCodeCLI(t *testing.T) {
+	bin := cliBin(t, "claude")
+	e := newQwenEnv(t, proxy.Config{})
+	cl := e.claim(t, store.ModeTrain)
+	e.eng.push(
+		chat.Message{Role: chat.RoleAssistant, Content: "I'll compute it with Bash.", ToolCalls: []chat.ToolCall{{Name: "Bash", Arguments: `{"command": "echo $((2+3))", "description": "Compute 2+3"}`}}},
+		text("2 + 3 = 5."),
+	)
+	home, work := t.TempDir(), t.TempDir()
+	out := cliRun(t, work, []string{
+		"HOME=" + home, "CLAUDE_CONFIG_DIR=" + filepath.Join(home, ".claude"),
+		"ANTHROPIC_BASE_URL=" + base(e.srv, cl), "ANTHROPIC_API_KEY=" + cl.Key,
+		"DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+	}, bin, "-p", "What is 2+3? Run echo $((2+3)) with the Bash tool.",
+		"--output-format", "stream-json", "--verbose", "--max-turns", "4", "--allowedTools", "Bash")
+	var result map[string]any
+	ranTool := false
+	for _, m := range jsonLines(t, out) {
+		switch m["type"] {
+		case "result":
+			result = m
+		case "user":
+			// The tool result Claude Code sends back.
+			if b, _ := json.Marshal(m); bytes.Contains(b, []byte(`"tool_result"`)) && bytes.Contains(b, []byte(`5`)) {
+				ranTool = true
+			}
+		}
+	}
+	if result == nil || result["subtype"] != "success" || result["is_error"] != false || !strings.Contains(result["result"].(string), "2 + 3 = 5.") {
+		t.Fatalf("no successful result with the final answer: %v\n%s", result, tail(string(out)))
+	}
+	if !ranTool {
+		t.Errorf("Claude Code did not report running Bash with output 5:\n%s", tail(string(out)))
+	}
+	checkCLICalls(t, e, cl, api.ShapeMessages)
+}
+
+// TestCodexCLI: codex exec --json against the gateway's Responses route
+// (a model provider with wire_api = "responses"); the model calls
+// exec_command.
+func TestCodexCLI(t *testing.T) {
+	bin := cliBin(t, "codex")
+	e := newQwenEnv(t, proxy.Config{})
+	cl := e.claim(t, store.ModeTrain)
+	e.eng.push(
+		toolCall("exec_command", `{"cmd": "echo $((2+3))"}`),
+		text("2 + 3 = 5."),
+	)
+	home, work := t.TempDir(), t.TempDir()
+	codexHome := filepath.Join(home, ".codex")
+	if err := os.MkdirAll(codexHome, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	config := `model = "agl-test"
+model_provider = "agl"
+[model_providers.agl]
+name = "agl"
+base_url = "` + base(e.srv, cl) + `/v1"
+wire_api = "responses"
+env_key = "AGL_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+[analytics]
+enabled = false
+`
+	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := cliRun(t, work, []string{"HOME=" + home, "CODEX_HOME=" + codexHome, "AGL_API_KEY=" + cl.Key},
+		bin, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+		"What is 2+3? Run echo $((2+3)).")
+	var answer, cmdOut string
+	completed := false
+	for _, m := range jsonLines(t, out) {
+		switch m["type"] {
+		case "item.completed":
+			it, _ := m["item"].(map[string]any)
+			switch it["type"] {
+			case "agent_message":
+				answer, _ = it["text"].(string)
+			case "command_execution":
+				cmdOut, _ = it["aggregated_output"].(string)
+			}
+		case "turn.completed":
+			completed = true
+		}
+	}
+	if !completed || answer != "2 + 3 = 5." {
+		t.Fatalf("turn not completed with the final answer (completed=%v, answer %q):\n%s", completed, answer, tail(string(out)))
+	}
+	if strings.TrimSpace(cmdOut) != "5" {
+		t.Errorf("command output %q, want 5:\n%s", cmdOut, tail(string(out)))
+	}
+	checkCLICalls(t, e, cl, api.ShapeResponses)
+}
