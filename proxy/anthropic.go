@@ -81,6 +81,47 @@ func ignoreSet(ignored *[]string, name string, raw json.RawMessage) {
 	}
 }
 
+// amToolResult is the text of a tool_result's content: a string, or text
+// and tool_reference blocks. A tool_reference (a tool search's result)
+// names a deferred tool, which from then on is declared to the model (in
+// the prompt's tool list, as this template declares tools) and appears in
+// the result as "tool_reference: NAME".
+func amToolResult(raw json.RawMessage, param string, loaded *map[string]bool) (string, *apiError) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return textOf(raw, param)
+	}
+	var bs []struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		ToolName string `json:"tool_name"`
+	}
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return "", badRequest(param, "%s: invalid content blocks: %v", param, err)
+	}
+	var sb strings.Builder
+	for j, b := range bs {
+		if j > 0 {
+			sb.WriteByte('\n')
+		}
+		switch b.Type {
+		case "text":
+			sb.WriteString(b.Text)
+		case "tool_reference":
+			if b.ToolName == "" {
+				return "", badRequest(param+"."+strconv.Itoa(j)+".tool_name", "%s.%d.tool_name: Field required", param, j)
+			}
+			if *loaded == nil {
+				*loaded = map[string]bool{}
+			}
+			(*loaded)[b.ToolName] = true
+			sb.WriteString("tool_reference: " + b.ToolName)
+		default:
+			return "", unsupported(param+"."+strconv.Itoa(j)+".type", "tool_result content block type %q is not supported (text and tool_reference only)", b.Type)
+		}
+	}
+	return sb.String(), nil
+}
+
 // amText joins the text of a system prompt or system message (a string or
 // text blocks), listing blocks' cache_control as ignored.
 func amText(raw json.RawMessage, param string, ignored *[]string) (string, *apiError) {
@@ -155,6 +196,8 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 	}
 	var conv chat.Conversation
 	var ignored []string
+	// loaded names the deferred tools a tool search result referenced.
+	var loaded map[string]bool
 	ignoreSet(&ignored, "thinking", req.Thinking)
 	ignoreSet(&ignored, "context_management", req.ContextManagement)
 	ignoreSet(&ignored, "output_config", req.OutputConfig)
@@ -209,7 +252,7 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 					text = append(text, b.Text)
 				case "tool_result":
 					flush()
-					out, e := textOf(b.Content, bp+".content")
+					out, e := amToolResult(b.Content, bp+".content", &loaded)
 					if e != nil {
 						return e
 					}
@@ -258,7 +301,7 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 			return unsupported(tp+".type", "server tool type %q is not supported (custom tools only)", t.Type)
 		}
 		ignoreSet(&ignored, tp+".cache_control", t.CacheControl)
-		if t.DeferLoading {
+		if t.DeferLoading && !loaded[t.Name] {
 			ignored = append(ignored, tp+" ("+t.Name+", defer_loading: left out of the prompt)")
 			continue
 		}

@@ -204,3 +204,46 @@ func TestMessagesSystemInConversation(t *testing.T) {
 		t.Errorf("bad role: %d %s", st, body)
 	}
 }
+
+// TestMessagesToolReference: a deferred tool (defer_loading) is left out
+// of the prompt until a tool search result references it
+// ({"type":"tool_reference","tool_name":…} in a tool_result, as Claude
+// Code's ToolSearch returns); from then on the model is told about it.
+func TestMessagesToolReference(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	e.eng.push(toolCall("ToolSearch", `{"query":"select:Deferred"}`), text("done"))
+	url, hdr := base(e.srv, cl)+"/v1/messages", map[string]string{"x-api-key": cl.Key, "anthropic-version": "2023-06-01"}
+	tools := `"tools":[{"name":"ToolSearch","input_schema":{"type":"object"}},{"name":"Deferred","description":"DEFERRED TOOL","input_schema":{"type":"object"},"defer_loading":true}]`
+	msgs := `{"role":"user","content":"go"}`
+	st, _, body := post(t, "POST", url, hdr, `{"model":"m","max_tokens":100,`+tools+`,"messages":[`+msgs+`]}`)
+	if st != 200 {
+		t.Fatalf("status %d: %s", st, body)
+	}
+	var r struct {
+		Content []struct{ Type, ID string } `json:"content"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil || len(r.Content) == 0 {
+		t.Fatalf("%v: %s", err, body)
+	}
+	id := r.Content[len(r.Content)-1].ID
+	msgs += `,{"role":"assistant","content":[{"type":"tool_use","id":"` + id + `","name":"ToolSearch","input":{"query":"select:Deferred"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + id + `","content":[{"type":"tool_reference","tool_name":"Deferred"}]}]}`
+	if st, _, body := post(t, "POST", url, hdr, `{"model":"m","max_tokens":100,`+tools+`,"messages":[`+msgs+`]}`); st != 200 {
+		t.Fatalf("second call: status %d: %s", st, body)
+	}
+	calls := e.calls(t, cl)
+	if len(calls) != 2 {
+		t.Fatalf("%d calls", len(calls))
+	}
+	p0, p1 := e.tmpl.Tokenizer().Decode(calls[0].PromptIDs), e.tmpl.Tokenizer().Decode(calls[1].PromptIDs)
+	if strings.Contains(p0, "DEFERRED TOOL") || !slices.Contains(calls[0].Ignored, "tools.1 (Deferred, defer_loading: left out of the prompt)") {
+		t.Errorf("first call: the deferred tool is declared or not listed as ignored (%q): %q", calls[0].Ignored, p0)
+	}
+	if !strings.Contains(p1, "DEFERRED TOOL") || !strings.Contains(p1, "tool_reference: Deferred") || slices.ContainsFunc(calls[1].Ignored, func(s string) bool { return strings.Contains(s, "Deferred") }) {
+		t.Errorf("second call: the referenced tool is not declared (%q): %q", calls[1].Ignored, p1)
+	}
+	if calls[1].RenderReason != proxy.ReasonToolsChanged {
+		t.Errorf("second call render reason %q, want %q", calls[1].RenderReason, proxy.ReasonToolsChanged)
+	}
+}
