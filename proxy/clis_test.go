@@ -99,7 +99,7 @@ func TestClaudeCodeCLI(t *testing.T) {
 	e := newQwenEnv(t, proxy.Config{})
 	cl := e.claim(t, store.ModeTrain)
 	e.eng.push(
-		chat.Message{Role: chat.RoleAssistant, Content: "I'll compute it with Bash.", ToolCalls: []chat.ToolCall{{Name: "Bash", Arguments: `{"command": "echo $((2+3))", "description": "Compute 2+3"}`}}},
+		chat.Message{Role: chat.RoleAssistant, Reasoning: "The user wants 2+3 computed with Bash.", Content: "I'll compute it with Bash.", ToolCalls: []chat.ToolCall{{Name: "Bash", Arguments: `{"command": "echo $((2+3))", "description": "Compute 2+3"}`}}},
 		text("2 + 3 = 5."),
 	)
 	home, work := t.TempDir(), t.TempDir()
@@ -140,7 +140,7 @@ func TestCodexCLI(t *testing.T) {
 	e := newQwenEnv(t, proxy.Config{})
 	cl := e.claim(t, store.ModeTrain)
 	e.eng.push(
-		toolCall("exec_command", `{"cmd": "echo $((2+3))"}`),
+		chat.Message{Role: chat.RoleAssistant, Reasoning: "Run the command.", ToolCalls: []chat.ToolCall{{Name: "exec_command", Arguments: `{"cmd": "echo $((2+3))"}`}}},
 		text("2 + 3 = 5."),
 	)
 	home, work := t.TempDir(), t.TempDir()
