@@ -29,7 +29,7 @@ import (
 //	go test -run '^$' -bench CLIFirstTurn -benchtime 40x ./proxy
 func BenchmarkCLIFirstTurn(b *testing.B) {
 	for _, fx := range cliFixtures {
-		b.Run(fx.cli, func(b *testing.B) { benchCLIFirstTurn(b, fx.file) })
+		b.Run(fx.cli, func(b *testing.B) { benchCLIFirstTurn(b, fx.turns[0]) })
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -73,8 +74,44 @@ func recorded(*testing.T, *fxRun) {}
 // toolDecl is how the Qwen3 template declares a tool to the model.
 func toolDecl(name string) string { return `{"type": "function", "function": {"name": "` + name + `"` }
 
+// inOrder checks that the markers appear in the prompt in this order.
+func (r *fxRun) inOrder(t *testing.T, markers []string) {
+	t.Helper()
+	at := 0
+	for _, m := range markers {
+		i := strings.Index(r.prompt[at:], m)
+		if i < 0 {
+			t.Errorf("%.100q is not in the rendered prompt after offset %d (conversation order)", m, at)
+			return
+		}
+		at += i + len(m)
+	}
+}
+
+// blockPaths calls f with "messages.I.content.J" (or "system.J") and each
+// content block of the body's messages (system prompt).
+func blockPaths(r *fxRun, f func(path string, b map[string]any)) {
+	sys, _ := r.body["system"].([]any)
+	for j, v := range sys {
+		if b, ok := v.(map[string]any); ok {
+			f("system."+strconv.Itoa(j), b)
+		}
+	}
+	msgs, _ := r.body["messages"].([]any)
+	for i, v := range msgs {
+		m, _ := v.(map[string]any)
+		blocks, _ := m["content"].([]any)
+		for j, bv := range blocks {
+			if b, ok := bv.(map[string]any); ok {
+				f("messages."+strconv.Itoa(i)+".content."+strconv.Itoa(j), b)
+			}
+		}
+	}
+}
+
 // claudeCodeFields are the checks for every field Claude Code 2.1.328's
-// first request carries (paths as fieldPaths writes them), plus headers.
+// requests carry (paths as fieldPaths writes them), plus a header; each
+// runs on both turns.
 var claudeCodeFields = map[string]func(*testing.T, *fxRun){
 	"model": func(t *testing.T, r *fxRun) {
 		if r.mc.Model != "agl-test" {
@@ -100,9 +137,15 @@ var claudeCodeFields = map[string]func(*testing.T, *fxRun){
 	"context_management": func(t *testing.T, r *fxRun) { r.ignored(t, "context_management") },
 	"output_config":      func(t *testing.T, r *fxRun) { r.ignored(t, "output_config") },
 	// Per-turn effort on a system message (per-turn-control beta).
-	"messages[].output_config": func(t *testing.T, r *fxRun) { r.ignored(t, "messages.1.output_config") },
-	"system":                   recorded,
-	"system[].type":            recorded,
+	"messages[].output_config": func(t *testing.T, r *fxRun) {
+		for i, v := range r.body["messages"].([]any) {
+			if _, ok := v.(map[string]any)["output_config"]; ok {
+				r.ignored(t, "messages."+strconv.Itoa(i)+".output_config")
+			}
+		}
+	},
+	"system":        recorded,
+	"system[].type": recorded,
 	"system[].text": func(t *testing.T, r *fxRun) {
 		each(r.body, "system", func(b map[string]any) { r.inPrompt(t, "system text", b["text"].(string)) })
 		first := r.body["system"].([]any)[0].(map[string]any)["text"].(string)
@@ -110,16 +153,15 @@ var claudeCodeFields = map[string]func(*testing.T, *fxRun){
 			t.Errorf("the prompt does not open with the system prompt: %.120q", r.prompt)
 		}
 	},
-	"system[].cache_control": func(t *testing.T, r *fxRun) { r.ignored(t, "system.1.cache_control") },
-	"messages":               recorded,
-	"messages[].content":     recorded,
+	"system[].cache_control":             cacheControl,
+	"messages[].content[].cache_control": cacheControl,
+	"messages":                           recorded,
+	"messages[].content":                 recorded,
 	"messages[].content[].type": func(t *testing.T, r *fxRun) {
-		each(r.body, "messages", func(m map[string]any) {
-			each(m, "content", func(b map[string]any) {
-				if b["type"] != "text" {
-					t.Errorf("unexpected block type %v", b["type"])
-				}
-			})
+		blockPaths(r, func(p string, b map[string]any) {
+			if !slices.Contains([]string{"text", "thinking", "tool_use", "tool_result"}, b["type"].(string)) {
+				t.Errorf("%s: unexpected block type %v", p, b["type"])
+			}
 		})
 	},
 	"messages[].content[].text": func(t *testing.T, r *fxRun) {
@@ -129,38 +171,64 @@ var claudeCodeFields = map[string]func(*testing.T, *fxRun){
 			}
 		})
 	},
-	"messages[].content[].cache_control": func(t *testing.T, r *fxRun) { r.ignored(t, "messages.1.content.0.cache_control") },
-	// The mid-conversation system message stays in place: a system turn
-	// after the user turn, before the generation prompt.
+	// The conversation in order: system messages inside messages stay in
+	// place as system turns, between the user, assistant and tool turns.
 	"messages[].role": func(t *testing.T, r *fxRun) {
-		msgs := r.body["messages"].([]any)
-		var user, sys string
-		for _, v := range msgs {
-			m := v.(map[string]any)
+		var markers []string
+		sys := 0
+		each(r.body, "messages", func(m map[string]any) {
 			switch m["role"] {
 			case "user":
-				user = strings.Join(texts(m["content"]), "\n")
+				if ts := texts(m["content"]); len(ts) > 0 {
+					markers = append(markers, "<|im_start|>user\n"+strings.Join(ts, "\n"))
+				}
+				each(m, "content", func(b map[string]any) {
+					if b["type"] == "tool_result" {
+						markers = append(markers, "<tool_response>\n"+strings.Join(texts(b["content"]), "\n")+"\n</tool_response>")
+					}
+				})
 			case "system":
-				sys = strings.Join(texts(m["content"]), "\n")
+				sys++
+				markers = append(markers, "<|im_start|>system\n"+strings.Join(texts(m["content"]), "\n")+"<|im_end|>")
+			case "assistant":
+				markers = append(markers, "<|im_start|>assistant\n")
 			default:
 				t.Errorf("unexpected role %v", m["role"])
 			}
+		})
+		if sys == 0 {
+			t.Error("the fixture has no system message inside messages")
 		}
-		if sys == "" {
-			t.Fatal("the fixture has no system message inside messages")
+		r.inOrder(t, append(markers, "<|im_start|>assistant\n"))
+		if !strings.HasSuffix(r.prompt, "<|im_start|>assistant\n") {
+			t.Error("the prompt does not end with the generation prompt")
 		}
-		want := "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>system\n" + sys + "<|im_end|>\n<|im_start|>assistant\n"
-		if !strings.HasSuffix(r.prompt, want) {
-			t.Errorf("the prompt does not end with the user turn, the system turn, the generation prompt: %.300q", r.prompt[max(0, len(r.prompt)-300):])
-		}
-		var req struct {
-			Messages []struct {
-				Role string `json:"role"`
-			} `json:"messages"`
-		}
-		if err := json.Unmarshal(r.mc.Request, &req); err != nil || len(req.Messages) != len(msgs) || req.Messages[1].Role != "system" {
-			t.Errorf("the event's request lost the system message: %v", err)
-		}
+	},
+	"messages[].content[].thinking": func(t *testing.T, r *fxRun) {
+		blockPaths(r, func(p string, b map[string]any) {
+			if b["type"] == "thinking" {
+				r.inPrompt(t, p+" thinking", "<think>\n"+b["thinking"].(string)+"\n</think>")
+			}
+		})
+	},
+	"messages[].content[].signature": recorded,
+	"messages[].content[].id":        recorded, // tool call ids are not rendered
+	"messages[].content[].name": func(t *testing.T, r *fxRun) {
+		blockPaths(r, func(p string, b map[string]any) {
+			if b["type"] == "tool_use" {
+				r.inPrompt(t, p+" tool call", "<tool_call>\n"+`{"name": "`+b["name"].(string)+`", "arguments": `)
+			}
+		})
+	},
+	"messages[].content[].input":       recorded, // in the tool call, as generated
+	"messages[].content[].tool_use_id": recorded, // checked against the tool_use ids
+	"messages[].content[].content":     recorded, // the tool response (messages[].role)
+	"messages[].content[].is_error": func(t *testing.T, r *fxRun) {
+		blockPaths(r, func(p string, b map[string]any) {
+			if b["is_error"] == true {
+				r.ignored(t, p+".is_error")
+			}
+		})
 	},
 	"tools":                recorded,
 	"tools[].input_schema": recorded,
@@ -174,18 +242,36 @@ var claudeCodeFields = map[string]func(*testing.T, *fxRun){
 		})
 	},
 	"tools[].defer_loading": func(t *testing.T, r *fxRun) {
-		each(r.body, "tools", func(tl map[string]any) {
-			if tl["defer_loading"] == true && strings.Contains(r.prompt, toolDecl(tl["name"].(string))) {
+		for i, v := range r.body["tools"].([]any) {
+			tl := v.(map[string]any)
+			if tl["defer_loading"] != true {
+				continue
+			}
+			if strings.Contains(r.prompt, toolDecl(tl["name"].(string))) {
 				t.Errorf("deferred tool %v is in the prompt", tl["name"])
 			}
-		})
-		r.ignored(t, "tools.10 (DeferredToolPlaceholder, defer_loading")
+			r.ignored(t, "tools."+strconv.Itoa(i)+" ("+tl["name"].(string)+", defer_loading")
+		}
 	},
 	"header anthropic-beta": func(t *testing.T, r *fxRun) { r.ignored(t, "header anthropic-beta: claude-code-20250219,") },
 }
 
-// codexFields are the checks for every field Codex 0.171.0's first request
-// carries.
+// cacheControl: every block's cache_control is listed as ignored.
+func cacheControl(t *testing.T, r *fxRun) {
+	n := 0
+	blockPaths(r, func(p string, b map[string]any) {
+		if _, ok := b["cache_control"]; ok {
+			n++
+			r.ignored(t, p+".cache_control")
+		}
+	})
+	if n == 0 {
+		t.Error("no cache_control in the fixture")
+	}
+}
+
+// codexFields are the checks for every field Codex 0.171.0's requests
+// carry; each runs on both turns.
 var codexFields = map[string]func(*testing.T, *fxRun){
 	"model": func(t *testing.T, r *fxRun) {
 		if r.mc.Model != "agl-test" {
@@ -200,25 +286,32 @@ var codexFields = map[string]func(*testing.T, *fxRun){
 	"input":        recorded,
 	"input[].id":   recorded,
 	"input[].type": recorded,
-	// developer messages are system turns, in place.
+	// The conversation in order: developer messages as system turns,
+	// reasoning, calls and outputs where they were.
 	"input[].role": func(t *testing.T, r *fxRun) {
-		var prev int
+		var markers []string
 		each(r.body, "input", func(m map[string]any) {
-			head := "<|im_start|>system\n"
-			if m["role"] == "user" {
-				head = "<|im_start|>user\n"
+			switch m["type"] {
+			case "message":
+				head := "<|im_start|>system\n"
+				switch m["role"] {
+				case "user":
+					head = "<|im_start|>user\n"
+				case "assistant":
+					head = "<|im_start|>assistant\n"
+				}
+				markers = append(markers, head+strings.Join(texts(m["content"]), "\n"))
+			case "reasoning":
+				markers = append(markers, "<|im_start|>assistant\n<think>\n")
+			case "function_call":
+				markers = append(markers, "<tool_call>\n"+`{"name": "`+m["name"].(string)+`", "arguments": `+m["arguments"].(string)+"}\n</tool_call>")
+			case "function_call_output":
+				markers = append(markers, "<tool_response>\n"+m["output"].(string)+"\n</tool_response>")
+			default:
+				t.Errorf("unexpected input item type %v", m["type"])
 			}
-			s := strings.Join(texts(m["content"]), "\n")
-			i := strings.Index(r.prompt, head+s)
-			if m["role"] == "developer" && prev == 0 && i < 0 {
-				// The first system turn also holds the tool declarations.
-				i = strings.Index(r.prompt, s)
-			}
-			if i < prev {
-				t.Errorf("%v message %.60q is not a %s turn after the previous one", m["role"], s, strings.TrimSpace(head))
-			}
-			prev = i
 		})
+		r.inOrder(t, append(markers, "<|im_start|>assistant\n"))
 	},
 	"input[].content":        recorded,
 	"input[].content[].type": recorded,
@@ -229,6 +322,19 @@ var codexFields = map[string]func(*testing.T, *fxRun){
 			}
 		})
 	},
+	"input[].summary":        recorded,
+	"input[].summary[].type": recorded,
+	"input[].summary[].text": func(t *testing.T, r *fxRun) {
+		each(r.body, "input", func(m map[string]any) {
+			each(m, "summary", func(s map[string]any) { r.inPrompt(t, "reasoning summary", "<think>\n"+s["text"].(string)) })
+		})
+	},
+	"input[].encrypted_content":   recorded, // null: agl sends none
+	"input[].status":              recorded,
+	"input[].call_id":             recorded, // matched with the outputs' call_id
+	"input[].name":                recorded, // in the tool call (input[].role)
+	"input[].arguments":           recorded,
+	"input[].output":              recorded,
 	"tools":                       recorded,
 	"tools[].type":                recorded,
 	"tools[].description":         recorded,
@@ -301,30 +407,36 @@ var opaqueFields = map[string]bool{
 	"metadata": true, "thinking": true, "context_management": true, "output_config": true, "reasoning": true, "client_metadata": true,
 	"tools[].input_schema": true, "tools[].parameters": true, "tools[].tools[].parameters": true,
 	"system[].cache_control": true, "messages[].content[].cache_control": true, "messages[].output_config": true,
+	"messages[].content[].input": true,
 }
 
-// TestCLIRequestFields sends the first request Claude Code and Codex send
-// (captured from the real CLIs, testdata/*-first.json, headers and query
-// included) through the gateway with the Qwen3 template, and checks every
-// field they carry, in a table that must cover each field path of the
-// fixture: accepted (200, streamed), stored verbatim in the event, and
-// either rendered into the prompt (mid-conversation system messages as
-// system turns in place, namespace functions flattened) or listed in the
-// event's ignored field (thinking, cache_control, hosted tools, …).
+// TestCLIRequestFields replays both turns of one real run of Claude Code
+// and of Codex (captured from the unmodified CLIs, testdata/*-turn{1,2}.json,
+// headers and query included) through the gateway with the Qwen3 template
+// and the same scripted replies, and checks every field they carry, in a
+// table that must cover each field path of the fixtures: accepted (200,
+// streamed), stored verbatim in the event, and either rendered into the
+// prompt in place (mid-conversation system messages as system turns,
+// namespace functions flattened, tool calls and results) or listed in the
+// event's ignored field (thinking, cache_control, hosted tools, …). Turn 2
+// continues turn 1's token state.
 func TestCLIRequestFields(t *testing.T) {
 	for _, fx := range cliFixtures {
 		t.Run(fx.cli, func(t *testing.T) {
-			f := loadCLIFixture(t, fx.file)
 			checks := claudeCodeFields
 			if fx.cli == "codex" {
 				checks = codexFields
 			}
-			var body map[string]any
-			if err := json.Unmarshal(f.Body, &body); err != nil {
-				t.Fatal(err)
-			}
+			var fs [2]cliFixture
+			var bodies [2]map[string]any
 			paths := map[string]bool{}
-			fieldPaths(body, "", opaqueFields, paths)
+			for k, file := range fx.turns {
+				fs[k] = loadCLIFixture(t, file)
+				if err := json.Unmarshal(fs[k].Body, &bodies[k]); err != nil {
+					t.Fatal(err)
+				}
+				fieldPaths(bodies[k], "", opaqueFields, paths)
+			}
 			var missing []string
 			for p := range paths {
 				if checks[p] == nil {
@@ -333,34 +445,39 @@ func TestCLIRequestFields(t *testing.T) {
 			}
 			sort.Strings(missing)
 			if len(missing) > 0 {
-				t.Fatalf("fields of %s with no row in the table: %q", fx.file, missing)
+				t.Fatalf("fields of %s with no row in the table: %q", fx.cli, missing)
 			}
 
 			e := newQwenEnv(t, proxy.Config{})
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(text("Hello."))
-			st, _, answer := post(t, f.Method, base(e.srv, cl)+f.Path, f.headers(cl.Key), string(f.Body))
-			if st != 200 {
-				t.Fatalf("status %d: %s", st, answer)
+			e.eng.push(fx.replies[:]...)
+			var answers [2]string
+			for k, f := range fs {
+				st, _, answer := post(t, f.Method, base(e.srv, cl)+f.Path, f.headers(cl.Key), string(f.Body))
+				if st != 200 {
+					t.Fatalf("turn %d: status %d: %s", k+1, st, answer)
+				}
+				answers[k] = answer
 			}
 			calls := e.calls(t, cl)
-			if len(calls) != 1 {
-				t.Fatalf("%d model_request events, want 1", len(calls))
-			}
-			r := &fxRun{body: body, mc: calls[0], prompt: e.tmpl.Tokenizer().Decode(calls[0].PromptIDs), answer: answer}
-			var got any
-			if err := json.Unmarshal(r.mc.Request, &got); err != nil || !reflect.DeepEqual(got, any(body)) {
-				t.Fatalf("the event's request is not the body as sent (%v)", err)
-			}
-			e.checkChain(t, calls, map[string]string{"claude-code": api.ShapeMessages, "codex": api.ShapeResponses}[fx.cli])
-			t.Logf("%s first-turn prompt: %d tokens (Qwen3); ignored: %q", fx.cli, len(r.mc.PromptIDs), r.mc.Ignored)
+			e.checkChain(t, calls, fx.shape)
 			names := make([]string, 0, len(checks))
 			for n := range checks {
 				names = append(names, n)
 			}
 			slices.Sort(names)
-			for _, n := range names {
-				t.Run(n, func(t *testing.T) { checks[n](t, r) })
+			for k, mc := range calls {
+				r := &fxRun{body: bodies[k], mc: mc, prompt: e.tmpl.Tokenizer().Decode(mc.PromptIDs), answer: answers[k]}
+				var got any
+				if err := json.Unmarshal(r.mc.Request, &got); err != nil || !reflect.DeepEqual(got, any(r.body)) {
+					t.Fatalf("turn %d: the event's request is not the body as sent (%v)", k+1, err)
+				}
+				t.Logf("%s turn %d prompt: %d tokens (Qwen3); ignored: %q", fx.cli, k+1, len(mc.PromptIDs), mc.Ignored)
+				t.Run("turn"+strconv.Itoa(k+1), func(t *testing.T) {
+					for _, n := range names {
+						t.Run(n, func(t *testing.T) { checks[n](t, r) })
+					}
+				})
 			}
 		})
 	}

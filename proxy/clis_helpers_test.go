@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/proxy"
 )
@@ -81,7 +82,7 @@ func newQwenEnv(t testing.TB, cfg proxy.Config) *env {
 }
 
 // cliFixture is a CLI's first request as captured from real traffic
-// (testdata/*-first.json): method, path with query, headers, body.
+// (testdata/*-turn{1,2}.json): method, path with query, headers, body.
 type cliFixture struct {
 	Method  string            `json:"method"`
 	Path    string            `json:"path"`
@@ -117,13 +118,32 @@ func (f cliFixture) headers(key string) map[string]string {
 	return h
 }
 
-// cliFixtures are the captured first requests, one per CLI.
+// cliFixtures are the captured requests of one run of each CLI (its
+// TestXxxCLI with AGL_CLI_CAPTURE set): turn 1 asks the model, which
+// answers replies[0] (a tool call); turn 2 sends the tool's output back,
+// answered by replies[1].
 var cliFixtures = []struct {
-	cli, file string
+	cli     string
+	shape   string
+	turns   [2]string
+	replies [2]chat.Message
 }{
-	{"claude-code", "claude-code-2.1.328-first.json"},
-	{"codex", "codex-0.171.0-first.json"},
+	{"claude-code", api.ShapeMessages, [2]string{"claude-code-2.1.328-turn1.json", "claude-code-2.1.328-turn2.json"}, claudeReplies},
+	{"codex", api.ShapeResponses, [2]string{"codex-0.171.0-turn1.json", "codex-0.171.0-turn2.json"}, codexReplies},
 }
+
+// The scripted model of the CLI tests: think, call the CLI's own shell
+// tool with echo $((2+3)), then answer.
+var (
+	claudeReplies = [2]chat.Message{
+		{Role: chat.RoleAssistant, Reasoning: "The user wants 2+3 computed with Bash.", Content: "I'll compute it with Bash.", ToolCalls: []chat.ToolCall{{Name: "Bash", Arguments: `{"command": "echo $((2+3))", "description": "Compute 2+3"}`}}},
+		{Role: chat.RoleAssistant, Content: "2 + 3 = 5."},
+	}
+	codexReplies = [2]chat.Message{
+		{Role: chat.RoleAssistant, Reasoning: "Run the command.", ToolCalls: []chat.ToolCall{{Name: "exec_command", Arguments: `{"cmd": "echo $((2+3))"}`}}},
+		{Role: chat.RoleAssistant, Content: "2 + 3 = 5."},
+	}
+)
 
 // cliBin returns the path of an installed CLI (scripts/install-clis.sh puts
 // them in .cache/npm-clis; AGL_CLIS_DIR overrides the bin folder). Without

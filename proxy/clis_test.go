@@ -5,16 +5,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aglrl/agl/api"
-	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
@@ -92,16 +95,68 @@ func checkCLICalls(t *testing.T, e *env, cl store.Claim, shape string) []api.Mod
 	return calls
 }
 
+// captureCalls records the model calls a CLI makes (method, path after
+// the attempt's base, headers, body) in front of the gateway. With
+// AGL_CLI_CAPTURE=DIR set, the tests write them to DIR/NAME-turnK.json in
+// the testdata fixture format (the key replaced by "test-key"): how the
+// testdata/*-second.json fixtures were captured.
+func captureCalls(t *testing.T, e *env, cl store.Claim, name string) {
+	var mu sync.Mutex
+	var got []cliFixture
+	next := e.srv.Config.Handler
+	prefix := "/r/" + cl.Rollout.ID + "/" + cl.Attempt.ID
+	e.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if r.Method == http.MethodPost && json.Valid(body) && (strings.Contains(r.URL.Path, "/v1/messages") || strings.Contains(r.URL.Path, "/v1/responses")) {
+			h := map[string]string{}
+			for k, v := range r.Header {
+				switch strings.ToLower(k) {
+				case "content-length", "host", "connection", "accept-encoding":
+				case "x-api-key", "authorization":
+					h[k] = strings.ReplaceAll(v[0], cl.Key, "test-key")
+				default:
+					h[k] = v[0]
+				}
+			}
+			mu.Lock()
+			got = append(got, cliFixture{Method: r.Method, Path: strings.TrimPrefix(r.URL.RequestURI(), prefix), Headers: h, Body: body})
+			mu.Unlock()
+		}
+		next.ServeHTTP(w, r)
+	})
+	dir := os.Getenv("AGL_CLI_CAPTURE")
+	if dir == "" {
+		return
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for k, f := range got {
+			b, err := json.MarshalIndent(f, "", " ")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.WriteFile(filepath.Join(dir, name+"-turn"+strconv.Itoa(k+1)+".json"), append(b, '\n'), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
 // TestClaudeCodeCLI: claude -p … --output-format stream-json against the
 // gateway's Anthropic route; the model calls Bash.
 func TestClaudeCodeCLI(t *testing.T) {
 	bin := cliBin(t, "claude")
 	e := newQwenEnv(t, proxy.Config{})
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(
-		chat.Message{Role: chat.RoleAssistant, Reasoning: "The user wants 2+3 computed with Bash.", Content: "I'll compute it with Bash.", ToolCalls: []chat.ToolCall{{Name: "Bash", Arguments: `{"command": "echo $((2+3))", "description": "Compute 2+3"}`}}},
-		text("2 + 3 = 5."),
-	)
+	captureCalls(t, e, cl, "claude-code")
+	e.eng.push(claudeReplies[:]...)
 	home, work := t.TempDir(), t.TempDir()
 	out := cliRun(t, work, []string{
 		"HOME=" + home, "CLAUDE_CONFIG_DIR=" + filepath.Join(home, ".claude"),
@@ -139,10 +194,8 @@ func TestCodexCLI(t *testing.T) {
 	bin := cliBin(t, "codex")
 	e := newQwenEnv(t, proxy.Config{})
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(
-		chat.Message{Role: chat.RoleAssistant, Reasoning: "Run the command.", ToolCalls: []chat.ToolCall{{Name: "exec_command", Arguments: `{"cmd": "echo $((2+3))"}`}}},
-		text("2 + 3 = 5."),
-	)
+	captureCalls(t, e, cl, "codex")
+	e.eng.push(codexReplies[:]...)
 	home, work := t.TempDir(), t.TempDir()
 	codexHome := filepath.Join(home, ".codex")
 	if err := os.MkdirAll(codexHome, 0o700); err != nil {
