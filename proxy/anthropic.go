@@ -259,6 +259,10 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 					if b.ToolUseID == "" {
 						return badRequest(bp+".tool_use_id", "tool_result needs tool_use_id")
 					}
+					if b.IsError {
+						// The template has no error mark: the model sees the text.
+						ignored = append(ignored, bp+".is_error")
+					}
 					conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleTool, Content: out, ToolCallID: b.ToolUseID})
 				default:
 					return unsupported(bp+".type", "content block type %q is not supported in user messages (text and tool_result only)", b.Type)

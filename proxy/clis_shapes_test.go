@@ -181,7 +181,7 @@ func TestMessagesSystemInConversation(t *testing.T) {
 	}
 	id := r.Content[len(r.Content)-1].ID
 	msgs += `,{"role":"assistant","content":[{"type":"tool_use","id":"` + id + `","name":"f","input":{}}]},` +
-		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + id + `","content":"r"}]},{"role":"system","content":"REMINDER TWO"}`
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + id + `","content":"r","is_error":true}]},{"role":"system","content":"REMINDER TWO"}`
 	if st, _, body := post(t, "POST", url, hdr, `{"model":"m","max_tokens":100,`+tools+`,"messages":[`+msgs+`]}`); st != 200 {
 		t.Fatalf("second call: status %d: %s", st, body)
 	}
@@ -194,6 +194,9 @@ func TestMessagesSystemInConversation(t *testing.T) {
 	}
 	if !slices.Contains(calls[0].Ignored, "messages.1.content.0.cache_control") || !slices.Contains(calls[0].Ignored, "header anthropic-beta: context-management-2025-06-27") {
 		t.Errorf("ignored %q", calls[0].Ignored)
+	}
+	if !slices.Contains(calls[1].Ignored, "messages.3.content.0.is_error") {
+		t.Errorf("second call: ignored %q, want the tool result's is_error", calls[1].Ignored)
 	}
 
 	st, _, body = post(t, "POST", url, hdr, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"developer","content":"x"}]}`)
