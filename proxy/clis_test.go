@@ -196,29 +196,7 @@ func TestCodexCLI(t *testing.T) {
 	cl := e.claim(t, store.ModeTrain)
 	captureCalls(t, e, cl, "codex")
 	e.eng.push(codexReplies[:]...)
-	home, work := t.TempDir(), t.TempDir()
-	codexHome := filepath.Join(home, ".codex")
-	if err := os.MkdirAll(codexHome, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	config := `model = "agl-test"
-model_provider = "agl"
-[model_providers.agl]
-name = "agl"
-base_url = "` + base(e.srv, cl) + `/v1"
-wire_api = "responses"
-env_key = "AGL_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-[analytics]
-enabled = false
-`
-	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out := cliRun(t, work, []string{"HOME=" + home, "CODEX_HOME=" + codexHome, "AGL_API_KEY=" + cl.Key},
-		bin, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-		"What is 2+3? Run echo $((2+3)).")
+	out := runCodex(t, bin, e, cl, "What is 2+3? Run echo $((2+3)).")
 	var answer, cmdOut string
 	completed := false
 	for _, m := range jsonLines(t, out) {
@@ -242,4 +220,70 @@ enabled = false
 		t.Errorf("command output %q, want 5:\n%s", cmdOut, tail(string(out)))
 	}
 	checkCLICalls(t, e, cl, api.ShapeResponses)
+}
+
+// TestCodexCLINamespaceCall: the model calls a function of Codex's
+// multi_agent_v1 namespace (close_agent, on an agent that does not exist:
+// harmless); Codex must route the function_call the gateway returns (name
+// close_agent, namespace multi_agent_v1) to that tool, whose error about
+// the unknown agent comes back as the call's output, not an "unsupported
+// call".
+func TestCodexCLINamespaceCall(t *testing.T) {
+	bin := cliBin(t, "codex")
+	e := newQwenEnv(t, proxy.Config{})
+	cl := e.claim(t, store.ModeTrain)
+	e.eng.push(toolCall("multi_agent_v1__close_agent", `{"target": "agent-that-does-not-exist"}`), text("There was no such agent."))
+	out := runCodex(t, bin, e, cl, "Close the agent agent-that-does-not-exist.")
+	calls := e.calls(t, cl)
+	if len(calls) != 2 {
+		t.Fatalf("%d model calls, want 2:\n%s", len(calls), tail(string(out)))
+	}
+	var req struct {
+		Input []struct {
+			Type, CallID string
+			Output       json.RawMessage
+		} `json:"input"`
+	}
+	if err := json.Unmarshal(calls[1].Request, &req); err != nil {
+		t.Fatal(err)
+	}
+	var output string
+	for _, it := range req.Input {
+		if it.Type == "function_call_output" {
+			output = string(it.Output)
+		}
+	}
+	t.Logf("close_agent output: %s", output)
+	if output == "" || strings.Contains(strings.ToLower(output), "unsupported") {
+		t.Errorf("Codex did not run the namespaced call: output %s", output)
+	}
+	e.checkChain(t, calls, api.ShapeResponses)
+}
+
+// runCodex runs codex exec --json with an isolated CODEX_HOME whose
+// provider is the gateway (wire_api = "responses").
+func runCodex(t *testing.T, bin string, e *env, cl store.Claim, prompt string) []byte {
+	t.Helper()
+	home, work := t.TempDir(), t.TempDir()
+	codexHome := filepath.Join(home, ".codex")
+	if err := os.MkdirAll(codexHome, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	config := `model = "agl-test"
+model_provider = "agl"
+[model_providers.agl]
+name = "agl"
+base_url = "` + base(e.srv, cl) + `/v1"
+wire_api = "responses"
+env_key = "AGL_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+[analytics]
+enabled = false
+`
+	if err := os.WriteFile(filepath.Join(codexHome, "config.toml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cliRun(t, work, []string{"HOME=" + home, "CODEX_HOME=" + codexHome, "AGL_API_KEY=" + cl.Key},
+		bin, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", prompt)
 }
