@@ -461,6 +461,15 @@ func TestCLIRequestFields(t *testing.T) {
 			}
 			calls := e.calls(t, cl)
 			e.checkChain(t, calls, fx.shape)
+			if fx.shape == api.ShapeMessages {
+				// count_tokens on the first turn's body counts its prompt.
+				f := fs[0]
+				path := strings.Replace(f.Path, "/v1/messages", "/v1/messages/count_tokens", 1)
+				st, _, body := post(t, f.Method, base(e.srv, cl)+path, f.headers(cl.Key), string(f.Body))
+				if want := `{"input_tokens":` + strconv.Itoa(len(calls[0].PromptIDs)) + `}`; st != 200 || body != want {
+					t.Errorf("count_tokens: %d %s, want %s", st, body, want)
+				}
+			}
 			names := make([]string, 0, len(checks))
 			for n := range checks {
 				names = append(names, n)
