@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -72,11 +73,16 @@ func qwen3ChatML(t testing.TB) *chat.ChatML {
 // newQwenEnv is newEnv with the Qwen3 tokenizer and template: a gateway on
 // loopback over SQLite whose engine answers scripted replies, rendered to
 // ids by that template (so the gateway parses real Qwen3 tool-call text).
-func newQwenEnv(t testing.TB, cfg proxy.Config) *env {
+// wrap, if given, wraps the gateway's handler (before it serves).
+func newQwenEnv(t testing.TB, cfg proxy.Config, wrap ...func(http.Handler) http.Handler) *env {
 	ml := qwen3ChatML(t)
 	e := &env{st: openStore(t), tmpl: ml, eng: &scriptEngine{tmpl: ml, version: 3}}
 	e.p = proxy.New(cfg, e.st, proxy.NewTokenBackend(e.eng, ml, ml.Tokenizer(), 0))
-	e.srv = httptest.NewServer(e.p)
+	var h http.Handler = e.p
+	for _, w := range wrap {
+		h = w(h)
+	}
+	e.srv = httptest.NewServer(h)
 	t.Cleanup(e.srv.Close)
 	return e
 }

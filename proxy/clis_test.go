@@ -100,38 +100,43 @@ func checkCLICalls(t *testing.T, e *env, cl store.Claim, shape string) []api.Mod
 // AGL_CLI_CAPTURE=DIR set, the tests write them to DIR/NAME-turnK.json in
 // the testdata fixture format (the key replaced by "test-key"): how the
 // testdata/*-second.json fixtures were captured.
-func captureCalls(t *testing.T, e *env, cl store.Claim, name string) {
+// It returns the handler wrapper for newQwenEnv.
+func captureCalls(t *testing.T, name string) func(http.Handler) http.Handler {
 	var mu sync.Mutex
 	var got []cliFixture
-	next := e.srv.Config.Handler
-	prefix := "/r/" + cl.Rollout.ID + "/" + cl.Attempt.ID
-	e.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if r.Method == http.MethodPost && json.Valid(body) && (strings.Contains(r.URL.Path, "/v1/messages") || strings.Contains(r.URL.Path, "/v1/responses")) {
-			h := map[string]string{}
-			for k, v := range r.Header {
-				switch strings.ToLower(k) {
-				case "content-length", "host", "connection", "accept-encoding":
-				case "x-api-key", "authorization":
-					h[k] = strings.ReplaceAll(v[0], cl.Key, "test-key")
-				default:
-					h[k] = v[0]
-				}
+	wrap := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
 			}
-			mu.Lock()
-			got = append(got, cliFixture{Method: r.Method, Path: strings.TrimPrefix(r.URL.RequestURI(), prefix), Headers: h, Body: body})
-			mu.Unlock()
-		}
-		next.ServeHTTP(w, r)
-	})
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if r.Method == http.MethodPost && json.Valid(body) && (strings.Contains(r.URL.Path, "/v1/messages") || strings.Contains(r.URL.Path, "/v1/responses")) {
+				h := map[string]string{}
+				for k, v := range r.Header {
+					switch strings.ToLower(k) {
+					case "content-length", "host", "connection", "accept-encoding":
+					case "x-api-key":
+						h[k] = "test-key"
+					case "authorization":
+						h[k] = "Bearer test-key"
+					default:
+						h[k] = v[0]
+					}
+				}
+				mu.Lock()
+				// The path after /r/{rollout}/{attempt}.
+				parts := strings.SplitN(r.URL.RequestURI(), "/", 5)
+				got = append(got, cliFixture{Method: r.Method, Path: "/" + parts[len(parts)-1], Headers: h, Body: body})
+				mu.Unlock()
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 	dir := os.Getenv("AGL_CLI_CAPTURE")
 	if dir == "" {
-		return
+		return wrap
 	}
 	t.Cleanup(func() {
 		mu.Lock()
@@ -147,15 +152,15 @@ func captureCalls(t *testing.T, e *env, cl store.Claim, name string) {
 			}
 		}
 	})
+	return wrap
 }
 
 // TestClaudeCodeCLI: claude -p … --output-format stream-json against the
 // gateway's Anthropic route; the model calls Bash.
 func TestClaudeCodeCLI(t *testing.T) {
 	bin := cliBin(t, "claude")
-	e := newQwenEnv(t, proxy.Config{})
+	e := newQwenEnv(t, proxy.Config{}, captureCalls(t, "claude-code"))
 	cl := e.claim(t, store.ModeTrain)
-	captureCalls(t, e, cl, "claude-code")
 	e.eng.push(claudeReplies[:]...)
 	home, work := t.TempDir(), t.TempDir()
 	out := cliRun(t, work, []string{
@@ -192,9 +197,8 @@ func TestClaudeCodeCLI(t *testing.T) {
 // exec_command.
 func TestCodexCLI(t *testing.T) {
 	bin := cliBin(t, "codex")
-	e := newQwenEnv(t, proxy.Config{})
+	e := newQwenEnv(t, proxy.Config{}, captureCalls(t, "codex"))
 	cl := e.claim(t, store.ModeTrain)
-	captureCalls(t, e, cl, "codex")
 	e.eng.push(codexReplies[:]...)
 	out := runCodex(t, bin, e, cl, "What is 2+3? Run echo $((2+3)).")
 	var answer, cmdOut string
