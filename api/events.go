@@ -64,6 +64,11 @@ type ModelCall struct {
 	LatencyMS float64 `json:"latency_ms"`
 	Retries   int     `json:"retries,omitempty"`
 	Stream    bool    `json:"stream,omitempty"`
+	// Ignored lists what the request asked for that the model did not get,
+	// each as a request path with what was dropped or changed (e.g.
+	// "thinking", "tools[8] (web_search)", "max_tokens (128000 clamped to
+	// 12000)", "header anthropic-beta: …"): accepted, not honoured.
+	Ignored []string `json:"ignored,omitempty"`
 }
 
 // Usage counts tokens of one call.

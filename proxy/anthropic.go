@@ -22,11 +22,17 @@ type amBlock struct {
 	Content   json.RawMessage `json:"content"`
 	IsError   bool            `json:"is_error"`
 	Thinking  string          `json:"thinking"`
+	// CacheControl (prompt caching) is accepted and ignored: the token
+	// state is the gateway's own prefix cache.
+	CacheControl json.RawMessage `json:"cache_control"`
 }
 
 type amMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// OutputConfig (per-turn effort, on Claude Code's system messages) is
+	// accepted and ignored.
+	OutputConfig json.RawMessage `json:"output_config"`
 }
 
 type amTool struct {
@@ -34,6 +40,10 @@ type amTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	InputSchema json.RawMessage `json:"input_schema"`
+	// DeferLoading tools (tool search) are not in the model's context
+	// until discovered, as on Anthropic's API: left out of the prompt.
+	DeferLoading bool            `json:"defer_loading"`
+	CacheControl json.RawMessage `json:"cache_control"`
 }
 
 type amRequest struct {
@@ -50,6 +60,91 @@ type amRequest struct {
 	Stream        bool            `json:"stream"`
 	MCPServers    json.RawMessage `json:"mcp_servers"`
 	Container     json.RawMessage `json:"container"`
+	// Accepted, recorded in the event's request, not honoured (listed in
+	// its ignored field): the model's own template decides whether it
+	// thinks; there is no server-side context editing, effort setting or
+	// service tier.
+	Thinking          json.RawMessage `json:"thinking"`
+	ContextManagement json.RawMessage `json:"context_management"`
+	OutputConfig      json.RawMessage `json:"output_config"`
+	ServiceTier       json.RawMessage `json:"service_tier"`
+}
+
+// amIgnoredHeaders are request headers whose value is listed in the
+// event's ignored field (beta features the gateway does not implement).
+var amIgnoredHeaders = [...]string{"anthropic-beta"}
+
+// ignoreSet appends name to *ignored when raw is a set JSON value.
+func ignoreSet(ignored *[]string, name string, raw json.RawMessage) {
+	if isSet(raw) {
+		*ignored = append(*ignored, name)
+	}
+}
+
+// amToolResult is the text of a tool_result's content: a string, or text
+// and tool_reference blocks. A tool_reference (a tool search's result)
+// names a deferred tool, which from then on is declared to the model (in
+// the prompt's tool list, as this template declares tools) and appears in
+// the result as "tool_reference: NAME".
+func amToolResult(raw json.RawMessage, param string, loaded *map[string]bool) (string, *apiError) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return textOf(raw, param)
+	}
+	var bs []struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		ToolName string `json:"tool_name"`
+	}
+	if err := json.Unmarshal(raw, &bs); err != nil {
+		return "", badRequest(param, "%s: invalid content blocks: %v", param, err)
+	}
+	var sb strings.Builder
+	for j, b := range bs {
+		if j > 0 {
+			sb.WriteByte('\n')
+		}
+		switch b.Type {
+		case "text":
+			sb.WriteString(b.Text)
+		case "tool_reference":
+			if b.ToolName == "" {
+				return "", badRequest(param+"."+strconv.Itoa(j)+".tool_name", "%s.%d.tool_name: Field required", param, j)
+			}
+			if *loaded == nil {
+				*loaded = map[string]bool{}
+			}
+			(*loaded)[b.ToolName] = true
+			sb.WriteString("tool_reference: " + b.ToolName)
+		default:
+			return "", unsupported(param+"."+strconv.Itoa(j)+".type", "tool_result content block type %q is not supported (text and tool_reference only)", b.Type)
+		}
+	}
+	return sb.String(), nil
+}
+
+// amText joins the text of a system prompt or system message (a string or
+// text blocks), listing blocks' cache_control as ignored.
+func amText(raw json.RawMessage, param string, ignored *[]string) (string, *apiError) {
+	if len(raw) > 0 && raw[0] == '[' {
+		var bs []amBlock
+		if err := json.Unmarshal(raw, &bs); err != nil {
+			return "", badRequest(param, "%s: Input should be a valid list of text blocks: %v", param, err)
+		}
+		var sb strings.Builder
+		for j, b := range bs {
+			bp := param + "." + strconv.Itoa(j)
+			if b.Type != "text" {
+				return "", badRequest(bp+".type", "%s.type: Input tag '%s' found using 'type' does not match the expected tag 'text'", bp, b.Type)
+			}
+			ignoreSet(ignored, bp+".cache_control", b.CacheControl)
+			if j > 0 {
+				sb.WriteByte('\n')
+			}
+			sb.WriteString(b.Text)
+		}
+		return sb.String(), nil
+	}
+	return textOf(raw, param)
 }
 
 // amBlocks parses content that is a string or an array of blocks.
@@ -100,8 +195,22 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 		return unsupported("container", "container: server-side containers are not supported")
 	}
 	var conv chat.Conversation
+	var ignored []string
+	// loaded names the deferred tools a tool search result referenced.
+	var loaded map[string]bool
+	ignoreSet(&ignored, "thinking", req.Thinking)
+	ignoreSet(&ignored, "context_management", req.ContextManagement)
+	ignoreSet(&ignored, "output_config", req.OutputConfig)
+	ignoreSet(&ignored, "service_tier", req.ServiceTier)
+	if c.header != nil {
+		for _, h := range amIgnoredHeaders {
+			if v := c.header.Get(h); v != "" {
+				ignored = append(ignored, "header "+h+": "+v)
+			}
+		}
+	}
 	if len(req.System) > 0 && string(req.System) != "null" {
-		sys, e := textOf(req.System, "system")
+		sys, e := amText(req.System, "system", &ignored)
 		if e != nil {
 			return e
 		}
@@ -110,9 +219,21 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 	for i := range req.Messages {
 		m := &req.Messages[i]
 		param := "messages." + strconv.Itoa(i)
+		ignoreSet(&ignored, param+".output_config", m.OutputConfig)
 		blocks, e := amBlocks(m.Content, param+".content")
 		if e != nil {
 			return e
+		}
+		if m.Role == chat.RoleSystem {
+			// A system message inside the conversation (Claude Code's
+			// mid-conversation reminders): kept in place, rendered as a
+			// system turn.
+			sys, e := amText(m.Content, param+".content", &ignored)
+			if e != nil {
+				return e
+			}
+			conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleSystem, Content: sys})
+			continue
 		}
 		switch m.Role {
 		case chat.RoleUser:
@@ -125,17 +246,22 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 			}
 			for j, b := range blocks {
 				bp := param + ".content." + strconv.Itoa(j)
+				ignoreSet(&ignored, bp+".cache_control", b.CacheControl)
 				switch b.Type {
 				case "text":
 					text = append(text, b.Text)
 				case "tool_result":
 					flush()
-					out, e := textOf(b.Content, bp+".content")
+					out, e := amToolResult(b.Content, bp+".content", &loaded)
 					if e != nil {
 						return e
 					}
 					if b.ToolUseID == "" {
 						return badRequest(bp+".tool_use_id", "tool_result needs tool_use_id")
+					}
+					if b.IsError {
+						// The template has no error mark: the model sees the text.
+						ignored = append(ignored, bp+".is_error")
 					}
 					conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleTool, Content: out, ToolCallID: b.ToolUseID})
 				default:
@@ -148,11 +274,15 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 			var text []string
 			for j, b := range blocks {
 				bp := param + ".content." + strconv.Itoa(j)
+				ignoreSet(&ignored, bp+".cache_control", b.CacheControl)
 				switch b.Type {
 				case "text":
 					text = append(text, b.Text)
 				case "thinking":
 					msg.Reasoning += b.Thinking
+				case "redacted_thinking":
+					// Encrypted thinking of another model: nothing to render.
+					ignored = append(ignored, bp+" (redacted_thinking)")
 				case "tool_use":
 					if b.ID == "" || b.Name == "" {
 						return badRequest(bp, "tool_use needs id and name")
@@ -165,12 +295,19 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 			msg.Content = strings.Join(text, "\n")
 			conv.Messages = append(conv.Messages, msg)
 		default:
-			return badRequest(param+".role", "messages: roles must be user or assistant, got %q (use the top-level system parameter for system prompts)", m.Role)
+			// Anthropic's own wording, which clients' fallbacks match.
+			return badRequest(param+".role", "%s.role: Input should be 'user' or 'assistant'", param)
 		}
 	}
 	for i, t := range req.Tools {
+		tp := "tools." + strconv.Itoa(i)
 		if t.Type != "" && t.Type != "custom" {
-			return unsupported("tools."+strconv.Itoa(i)+".type", "server tool type %q is not supported (custom tools only)", t.Type)
+			return unsupported(tp+".type", "server tool type %q is not supported (custom tools only)", t.Type)
+		}
+		ignoreSet(&ignored, tp+".cache_control", t.CacheControl)
+		if t.DeferLoading && !loaded[t.Name] {
+			ignored = append(ignored, tp+" ("+t.Name+", defer_loading: left out of the prompt)")
+			continue
 		}
 		conv.Tools = append(conv.Tools, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
 	}
@@ -209,6 +346,7 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 	model := req.Model
 	p.applyOverrides(c, &model, &s, req.Temperature != nil)
 	c.stream = req.Stream
+	c.ignored = ignored
 	c.chat = &ChatRequest{Model: model, Conv: conv, Sampling: s, Stop: req.StopSequences, ToolIDPrefix: "toolu_"}
 	return nil
 }

@@ -77,6 +77,16 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 	if mc.Stream {
 		b = append(b, `,"stream":true`...)
 	}
+	if len(mc.Ignored) > 0 {
+		b = append(b, `,"ignored":[`...)
+		for i, s := range mc.Ignored {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fastjson.AppendString(b, s)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}')
 }
 

@@ -79,7 +79,7 @@ func TestBadInput(t *testing.T) {
 		{"responses unknown call output", rsURL, bearer(cl.Key), `{"model":"m","input":[{"role":"user","content":"hi"},{"type":"function_call_output","call_id":"call_x","output":"r"}]}`, false, 400, false, "invalid_request_error", "input[1]"},
 		{"responses wrong role", rsURL, bearer(cl.Key), `{"model":"m","input":[{"role":"tool","content":"hi"}]}`, false, 400, false, "invalid_request_error", "input[0].role"},
 		{"messages malformed JSON", msgURL, ak, `{"model":`, false, 400, true, "invalid_request_error", ""},
-		{"messages system role", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`, false, 400, true, "invalid_request_error", ""},
+		{"messages developer role", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"developer","content":"hi"}]}`, false, 400, true, "invalid_request_error", ""},
 		{"messages no max_tokens", msgURL, ak, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, false, 400, true, "invalid_request_error", ""},
 		{"messages tool result unknown id", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"r"}]}]}`, false, 400, true, "invalid_request_error", ""},
 		{"messages prefill", msgURL, ak, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure, "}]}`, false, 400, true, "invalid_request_error", ""},

@@ -269,6 +269,11 @@ type call struct {
 	aux any
 	// countOnly: Anthropic count_tokens (max_tokens not required).
 	countOnly bool
+	// ignored lists what the request asked for that the model does not
+	// get (api.ModelCall.Ignored).
+	ignored []string
+	// header is the request's header (for shape-specific headers).
+	header http.Header
 
 	res *Result
 }
@@ -533,7 +538,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		return
 	}
 	defer p.release()
-	c := &call{shape: sh, target: t, start: time.Now()}
+	c := &call{shape: sh, target: t, start: time.Now(), header: r.Header}
 	ctx := r.Context()
 	mode, aerr := p.authorize(ctx, r, t, true)
 	if aerr != nil {
@@ -701,6 +706,10 @@ func (c *call) eventData(resp []byte) []byte {
 		LatencyMS: float64(time.Since(c.start).Microseconds()) / 1000,
 		Retries:   res.Retries, Stream: c.stream,
 	}
+	mc.Ignored = c.ignored
+	if c.chat != nil && res.Sampling != nil && c.chat.Sampling.MaxTokens > res.Sampling.MaxTokens {
+		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(c.chat.Sampling.MaxTokens)+" clamped to "+strconv.Itoa(res.Sampling.MaxTokens)+", the room left in the context)")
+	}
 	mc.Sampling = appendSampling(make([]byte, 0, 96), &samp)
 	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc)
 }
@@ -750,7 +759,7 @@ func (p *Proxy) serveCountTokens(w http.ResponseWriter, r *http.Request, t Targe
 		writeError(w, styleAnthropic, aerr)
 		return
 	}
-	c := &call{shape: shapeMessages, target: t, mode: mode, countOnly: true}
+	c := &call{shape: shapeMessages, target: t, mode: mode, countOnly: true, header: r.Header}
 	if c.body, aerr = p.readBody(w, r); aerr != nil {
 		writeError(w, styleAnthropic, aerr)
 		return

@@ -22,6 +22,8 @@ type rsItem struct {
 	Arguments string          `json:"arguments"`
 	Input     string          `json:"input"`
 	Output    json.RawMessage `json:"output"`
+	// Namespace is set on a call to a function of a namespace tool.
+	Namespace string `json:"namespace"`
 	Summary   []struct {
 		Text string `json:"text"`
 	} `json:"summary"`
@@ -32,7 +34,15 @@ type rsTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`
 	Parameters  json.RawMessage `json:"parameters"`
+	// Tools are a namespace tool's functions (Codex's multi_agent_v1).
+	Tools []rsTool `json:"tools"`
 }
+
+// nsSep joins a namespace and a function name into the one name the
+// model sees: Codex's multi_agent_v1 + spawn_agent is
+// multi_agent_v1__spawn_agent in the prompt, and a call to that name goes
+// back as a function_call named spawn_agent with namespace multi_agent_v1.
+const nsSep = "__"
 
 type rsRequest struct {
 	Model              string          `json:"model"`
@@ -52,6 +62,12 @@ type rsRequest struct {
 			Type string `json:"type"`
 		} `json:"format"`
 	} `json:"text"`
+	// Accepted, recorded, not honoured (the event's ignored field).
+	Reasoning      json.RawMessage `json:"reasoning"`
+	Include        json.RawMessage `json:"include"`
+	ServiceTier    json.RawMessage `json:"service_tier"`
+	PromptCacheKey json.RawMessage `json:"prompt_cache_key"`
+	Truncation     json.RawMessage `json:"truncation"`
 }
 
 func decodeResponses(p *Proxy, c *call) *apiError {
@@ -70,6 +86,12 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 		return unsupported("text.format", "text format %q is not supported", req.Text.Format.Type)
 	}
 	var conv chat.Conversation
+	var ignored []string
+	ignoreSet(&ignored, "reasoning", req.Reasoning)
+	ignoreSet(&ignored, "include", req.Include)
+	ignoreSet(&ignored, "service_tier", req.ServiceTier)
+	ignoreSet(&ignored, "prompt_cache_key", req.PromptCacheKey)
+	ignoreSet(&ignored, "truncation", req.Truncation)
 	if req.Instructions != nil && *req.Instructions != "" {
 		conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleSystem, Content: *req.Instructions})
 	}
@@ -125,7 +147,11 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 				if cur == nil {
 					cur = &chat.Message{Role: chat.RoleAssistant}
 				}
-				cur.ToolCalls = append(cur.ToolCalls, chat.ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments})
+				name := it.Name
+				if it.Namespace != "" {
+					name = it.Namespace + nsSep + it.Name
+				}
+				cur.ToolCalls = append(cur.ToolCalls, chat.ToolCall{ID: it.CallID, Name: name, Arguments: it.Arguments})
 			case "reasoning":
 				if cur != nil && (len(cur.ToolCalls) > 0 || cur.Content != "") {
 					flush()
@@ -155,10 +181,29 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 		flush()
 	}
 	var custom map[string]bool
+	var namespaced map[string][2]string
 	for i, t := range req.Tools {
+		tp := "tools[" + strconv.Itoa(i) + "]"
 		switch t.Type {
 		case "function":
 			conv.Tools = append(conv.Tools, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		case "namespace":
+			// Flattened into its functions, each named namespace__function.
+			if t.Name == "" {
+				return badRequest(tp+".name", "namespace tool has no name")
+			}
+			for j, f := range t.Tools {
+				if f.Type != "function" {
+					ignored = append(ignored, tp+".tools["+strconv.Itoa(j)+"] ("+f.Type+")")
+					continue
+				}
+				if namespaced == nil {
+					namespaced = map[string][2]string{}
+				}
+				full := t.Name + nsSep + f.Name
+				namespaced[full] = [2]string{t.Name, f.Name}
+				conv.Tools = append(conv.Tools, chat.Tool{Name: full, Description: f.Description, Parameters: f.Parameters})
+			}
 		case "custom":
 			// A freeform tool (Codex's apply_patch): to the model, a function
 			// taking one string, "input".
@@ -168,10 +213,15 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 			custom[t.Name] = true
 			conv.Tools = append(conv.Tools, chat.Tool{Name: t.Name, Description: t.Description, Parameters: json.RawMessage(customParams)})
 		default:
-			return unsupported("tools["+strconv.Itoa(i)+"].type", "tool type %q is not supported (function and custom only)", t.Type)
+			// A hosted tool (web_search, file_search, code_interpreter,
+			// computer_use_preview, image_generation, mcp, local_shell, …)
+			// runs on OpenAI's servers, which this is not: the model is
+			// not told about it.
+			ignored = append(ignored, tp+" ("+t.Type+")")
 		}
 	}
-	c.aux = &rsAux{custom: custom}
+	c.ignored = ignored
+	c.aux = &rsAux{custom: custom, namespaced: namespaced}
 	drop, e := toolChoiceDropsTools(req.ToolChoice)
 	if e != nil {
 		return e
@@ -222,6 +272,7 @@ type rsOutItem struct {
 	Name      string      `json:"name,omitempty"`
 	Arguments *string     `json:"arguments,omitempty"`
 	Input     *string     `json:"input,omitempty"`
+	Namespace string      `json:"namespace,omitempty"`
 }
 
 // MarshalJSON keeps the arrays a type requires even when empty.
@@ -280,7 +331,10 @@ type rsResponse struct {
 type rsAux struct {
 	// custom names the request's freeform (custom) tools.
 	custom map[string]bool
-	items  []rsOutItem
+	// namespaced maps a namespace function's prompt name to its namespace
+	// and function name.
+	namespaced map[string][2]string
+	items      []rsOutItem
 }
 
 // customParams is the schema a freeform tool gets in the prompt.
@@ -309,10 +363,15 @@ func rsOutput(p *Proxy, c *call) []rsOutItem {
 		out = append(out, rsOutItem{Type: "reasoning", ID: "rs_" + c.id[len("resp_"):], Summary: []rsSummary{{Type: "summary_text", Text: r.Message.Reasoning}}})
 	}
 	if r.Message.Content != "" || len(r.Message.ToolCalls) == 0 {
-		out = append(out, rsOutItem{Type: "message", ID: "msg_" + c.id[len("resp_"):], Status: "completed", Role: chat.RoleAssistant,
+		status := "completed"
+		if r.FinishReason == engine.FinishLength {
+			status = "incomplete" // as OpenAI marks a message cut at max_output_tokens
+		}
+		out = append(out, rsOutItem{Type: "message", ID: "msg_" + c.id[len("resp_"):], Status: status, Role: chat.RoleAssistant,
 			Content: []rsPart{{Type: "output_text", Text: r.Message.Content, Annotations: []any{}, Logprobs: []any{}}}})
 	}
-	custom := c.aux.(*rsAux).custom
+	aux := c.aux.(*rsAux)
+	custom := aux.custom
 	for i, tc := range r.Message.ToolCalls {
 		if custom[tc.Name] {
 			in := customInput(tc.Arguments)
@@ -320,7 +379,11 @@ func rsOutput(p *Proxy, c *call) []rsOutItem {
 			continue
 		}
 		args := tc.Arguments
-		out = append(out, rsOutItem{Type: "function_call", ID: "fc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Arguments: &args})
+		it := rsOutItem{Type: "function_call", ID: "fc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Arguments: &args}
+		if ns, ok := aux.namespaced[tc.Name]; ok {
+			it.Namespace, it.Name = ns[0], ns[1]
+		}
+		out = append(out, it)
 	}
 	return out
 }
@@ -377,7 +440,7 @@ func streamResponses(p *Proxy, c *call, buf []byte) []byte {
 			ev("response.content_part.done", map[string]any{"item_id": it.ID, "output_index": oi, "content_index": 0, "part": part})
 		case "function_call":
 			empty := ""
-			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "function_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Arguments: &empty}})
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "function_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Namespace: it.Namespace, Arguments: &empty}})
 			ev("response.function_call_arguments.delta", map[string]any{"item_id": it.ID, "output_index": oi, "delta": *it.Arguments})
 			ev("response.function_call_arguments.done", map[string]any{"item_id": it.ID, "output_index": oi, "name": it.Name, "arguments": *it.Arguments})
 		case "custom_tool_call":

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the pinned harness CLIs the real-CLI tests run (proxy's
+# TestClaudeCodeCLI and TestCodexCLI): @anthropic-ai/claude-code and
+# @openai/codex, exactly as locked in scripts/clis/package-lock.json, into
+# .cache/npm-clis/ (ignored by git). Their native binaries come inside the
+# npm packages (platform packages); nothing else is downloaded. Does nothing
+# when the installed versions already match the lock.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest=.cache/npm-clis
+mkdir -p "$dest"
+if cmp -s scripts/clis/package-lock.json "$dest/package-lock.json" &&
+	[ -x "$dest/node_modules/.bin/claude" ] && [ -x "$dest/node_modules/.bin/codex" ]; then
+	exit 0
+fi
+cp scripts/clis/package.json scripts/clis/package-lock.json "$dest/"
+# Claude Code's postinstall copies its platform binary over the bin stub.
+(cd "$dest" && npm ci --no-audit --no-fund --loglevel=error)
+"$dest/node_modules/.bin/claude" --version
+"$dest/node_modules/.bin/codex" --version
