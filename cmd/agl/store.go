@@ -19,11 +19,14 @@ import (
 // data dir openable. It takes the data dir's lock, so the gateway or
 // trainer using it must be stopped.
 func runStore(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("store recover", flag.ContinueOnError)
+	load := configFlags(fs)
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		return fs.Parse(args[:1]) // the flags of recover, the only subcommand
+	}
 	if len(args) == 0 || args[0] != "recover" {
 		return fmt.Errorf("store: want a subcommand: recover")
 	}
-	fs := flag.NewFlagSet("store recover", flag.ContinueOnError)
-	load := configFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}

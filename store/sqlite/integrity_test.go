@@ -163,6 +163,17 @@ func TestJournalFaults(t *testing.T) {
 			keep:   func(l *layout) []int { return allBut(acked, -1) },
 		},
 		{
+			// What two processes writing one data dir left (issue 14).
+			name: "generation the database does not know",
+			damage: func(t *testing.T, l *layout) {
+				if err := sqlite.SetJournalGen(l.path, 3); err != nil {
+					t.Fatal(err)
+				}
+			},
+			refuse: func(l *layout) int64 { return 0 },
+			keep:   func(l *layout) []int { return allBut(acked, -1) },
+		},
+		{
 			name: "truncated mid-record (a torn final write)",
 			damage: func(t *testing.T, l *layout) {
 				os.Truncate(l.path, l.starts[acked-1]+20)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -66,6 +67,9 @@ func (r *Recovery) lose(l ...Lost) { r.Lost = append(r.Lost, l...) }
 // to a journal an earlier run left.
 func Recover(ctx context.Context, path string, opt Options) (Recovery, error) {
 	rec := Recovery{Journal: path + "-events"}
+	if _, err := os.Stat(path); err != nil {
+		return rec, fmt.Errorf("sqlite store: recover %s: %w", path, err)
+	}
 	opt.recover = &rec
 	s, err := Open(ctx, path, opt)
 	if err != nil {
