@@ -104,26 +104,30 @@ func sweep(aid string, running func(aid string) bool, live func(pid int) bool) i
 			children[p.ppid] = append(children[p.ppid], p.pid)
 		}
 		var victims []proc
-		var walk func(pid int)
-		walk = func(pid int) {
+		// walk visits the children of pid; below a victim, everything is
+		// the attempt's, whatever its environment or group says.
+		var walk func(pid int, ours bool)
+		walk = func(pid int, ours bool) {
 			for _, c := range children[pid] {
 				if live(c) {
 					continue // another attempt's harness or evaluator, and its tree
 				}
 				p := procs[c]
-				owner := attemptOf(c)
-				switch {
-				case owner == aid:
-				case p.pgid == ownGroup && owner == "":
-					continue // not started by a harness
-				case owner != "" && running(owner):
-					continue // left behind by another attempt still running
+				if !ours {
+					owner := attemptOf(c)
+					switch {
+					case owner == aid:
+					case p.pgid == ownGroup && owner == "":
+						continue // not started by a harness
+					case owner != "" && running(owner):
+						continue // left behind by another attempt still running
+					}
 				}
 				victims = append(victims, p)
-				walk(c)
+				walk(c, true)
 			}
 		}
-		walk(self)
+		walk(self, false)
 		if len(victims) == 0 {
 			return killed
 		}
