@@ -97,7 +97,10 @@ func attemptOf(pid int) string {
 func sweep(aid string, running func(aid string) bool, live func(pid int) bool) int {
 	self, ownGroup := os.Getpid(), syscall.Getpgrp()
 	killed := 0
-	for round := 0; round < 50; round++ {
+	// Bounded: a process stuck in the kernel (D state) is left to a later
+	// sweep rather than holding up the controller.
+	deadline := time.Now().Add(5 * time.Second)
+	for round := 0; round < 50 && time.Now().Before(deadline); round++ {
 		procs := readProcs()
 		children := map[int][]int{}
 		for _, p := range procs {
@@ -138,7 +141,6 @@ func sweep(aid string, running func(aid string) bool, live func(pid int) bool) i
 		}
 		// Reap those re-parented to us (their own children come to us in
 		// turn, found by the next round).
-		deadline := time.Now().Add(2 * time.Second)
 		for _, p := range victims {
 			if p.ppid != self {
 				continue
