@@ -346,14 +346,13 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 	cmd := exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = c.cfg.Dir, a.env, outF, errF
 	setGroup(cmd)
-	err = cmd.Start()
+	err = procs.start(cmd)
 	closeAll(outF, errF) // the child holds its own copies
 	if err != nil {
 		c.complete(a, store.AttemptFailed, "start harness: "+err.Error())
 		return
 	}
 	pid := cmd.Process.Pid
-	procs.add(pid)
 	exited := make(chan error, 1)
 	go func() {
 		err := cmd.Wait()
@@ -425,7 +424,13 @@ func (c *runner) revoke(a *attempt) {
 // sweep kills whatever processes the attempt left behind (see the
 // package-level sweep).
 func (c *runner) sweep(a *attempt) {
-	if n := sweep(a.aid, procs.running, procs.live); n > 0 {
+	// No harness or evaluator is being started meanwhile: between fork
+	// and exec a child shows the controller's environment in its own
+	// group, and would pass for a left-behind process.
+	procs.starting.Lock()
+	n := sweep(a.aid, procs.running, procs.live)
+	procs.starting.Unlock()
+	if n > 0 {
 		a.log.Info("controller: killed processes the attempt left behind", "processes", n)
 	}
 }
@@ -437,9 +442,24 @@ func (c *runner) sweep(a *attempt) {
 var procs = &registry{pids: map[int]bool{}, attempts: map[string]int{}}
 
 type registry struct {
+	// starting is held (shared) while a process is started and
+	// registered, and exclusively by a sweep.
+	starting sync.RWMutex
 	mu       sync.Mutex
 	pids     map[int]bool
 	attempts map[string]int
+}
+
+// start starts cmd and registers its process as live, with no sweep
+// running in between.
+func (r *registry) start(cmd *exec.Cmd) error {
+	r.starting.RLock()
+	defer r.starting.RUnlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	r.add(cmd.Process.Pid)
+	return nil
 }
 
 func (r *registry) begin(aid string) { r.mu.Lock(); r.attempts[aid]++; r.mu.Unlock() }
@@ -649,11 +669,10 @@ func (c *runner) evaluate(ctx context.Context, a *attempt, code int) ([]byte, er
 	errTail := &tailBuffer{max: c.cfg.LogTailBytes}
 	cmd.Stdout, cmd.Stderr = &limitedWriter{w: &out, n: 1 << 20}, errTail
 	setGroup(cmd)
-	if err := cmd.Start(); err != nil {
+	if err := procs.start(cmd); err != nil {
 		return nil, fmt.Errorf("evaluator: %w", err)
 	}
 	pid := cmd.Process.Pid
-	procs.add(pid)
 	exited := make(chan error, 1)
 	go func() {
 		err := cmd.Wait()

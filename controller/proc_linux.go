@@ -97,33 +97,40 @@ func attemptOf(pid int) string {
 func sweep(aid string, running func(aid string) bool, live func(pid int) bool) int {
 	self, ownGroup := os.Getpid(), syscall.Getpgrp()
 	killed := 0
-	for round := 0; round < 50; round++ {
+	// Bounded: a process stuck in the kernel (D state) is left to a later
+	// sweep rather than holding up the controller.
+	deadline := time.Now().Add(5 * time.Second)
+	for round := 0; round < 50 && time.Now().Before(deadline); round++ {
 		procs := readProcs()
 		children := map[int][]int{}
 		for _, p := range procs {
 			children[p.ppid] = append(children[p.ppid], p.pid)
 		}
 		var victims []proc
-		var walk func(pid int)
-		walk = func(pid int) {
+		// walk visits the children of pid; below a victim, everything is
+		// the attempt's, whatever its environment or group says.
+		var walk func(pid int, ours bool)
+		walk = func(pid int, ours bool) {
 			for _, c := range children[pid] {
 				if live(c) {
 					continue // another attempt's harness or evaluator, and its tree
 				}
 				p := procs[c]
-				owner := attemptOf(c)
-				switch {
-				case owner == aid:
-				case p.pgid == ownGroup && owner == "":
-					continue // not started by a harness
-				case owner != "" && running(owner):
-					continue // left behind by another attempt still running
+				if !ours {
+					owner := attemptOf(c)
+					switch {
+					case owner == aid:
+					case p.pgid == ownGroup && owner == "":
+						continue // not started by a harness
+					case owner != "" && running(owner):
+						continue // left behind by another attempt still running
+					}
 				}
 				victims = append(victims, p)
-				walk(c)
+				walk(c, true)
 			}
 		}
-		walk(self)
+		walk(self, false)
 		if len(victims) == 0 {
 			return killed
 		}
@@ -134,7 +141,6 @@ func sweep(aid string, running func(aid string) bool, live func(pid int) bool) i
 		}
 		// Reap those re-parented to us (their own children come to us in
 		// turn, found by the next round).
-		deadline := time.Now().Add(2 * time.Second)
 		for _, p := range victims {
 			if p.ppid != self {
 				continue

@@ -24,6 +24,7 @@ controller:
   concurrency: 3
   mode: val
   evaluator: [sh, -c, "echo 1"]
+  reward_source: both
   heartbeat_interval: 2s
   kill_grace: 250ms
 `
@@ -41,7 +42,7 @@ controller:
 	got := s.Config(filepath.Dir(path))
 	if !slices.Equal(got.Command, []string{"python3", "harness.py"}) || got.Dir != filepath.Join(dir, "harness") ||
 		!slices.Equal(got.Env, []string{"A=1", "B=2"}) || got.Concurrency != 3 || got.Mode != "val" ||
-		len(got.Evaluator) != 3 || got.HeartbeatInterval != 2*time.Second || got.KillGrace != 250*time.Millisecond {
+		len(got.Evaluator) != 3 || got.RewardSource != controller.RewardBoth || got.HeartbeatInterval != 2*time.Second || got.KillGrace != 250*time.Millisecond {
 		t.Errorf("config %+v", got)
 	}
 	if err := os.WriteFile(path, []byte("controller:\n  comand: [x]\n"), 0o644); err != nil {

@@ -130,33 +130,35 @@ func Advantages(cfg AdvantageConfig, groups [][]float64) (adv [][]float64, keep 
 		sc := scaleFor(rs)
 		_, lg[g] = math.Frexp(sc)
 		lg[g]--
+		// inv is a power of two: r*inv is the exact r/sc, and faster.
+		inv := 1 / sc
 		mean := 0.0
 		for _, r := range rs {
-			mean += r / sc
+			mean += r * inv
 		}
 		mean /= float64(n)
 		switch cfg.Estimator {
 		case GRPO, "":
 			ss := 0.0
 			for _, r := range rs {
-				ss += (r/sc - mean) * (r/sc - mean)
+				ss += (r*inv - mean) * (r*inv - mean)
 			}
 			std := math.Sqrt(ss / float64(n-1))
 			for i, r := range rs {
-				a[i] = (r/sc - mean) / (std + eps/sc)
+				a[i] = (r*inv - mean) / (std + eps*inv)
 			}
 		case DrGRPO:
 			for i, r := range rs {
-				a[i] = saturate((r/sc - mean) * sc)
+				a[i] = saturate((r*inv - mean) * sc)
 			}
 		case ReinforcePPBaseline:
 			for i, r := range rs {
-				a[i] = r/sc - mean // times sc: rescaled and whitened below
+				a[i] = r*inv - mean // times sc: rescaled and whitened below
 			}
 		case RLOO:
 			sum := mean * float64(n)
 			for i, r := range rs {
-				a[i] = saturate((r/sc - (sum-r/sc)/float64(n-1)) * sc)
+				a[i] = saturate((r*inv - (sum-r*inv)/float64(n-1)) * sc)
 			}
 		}
 	}

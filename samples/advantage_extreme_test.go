@@ -1,10 +1,15 @@
 package samples
 
 import (
+	"fmt"
+	"io"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/store"
 )
 
 // extremeReward draws rewards that overflow naive sums: the largest finite
@@ -251,5 +256,36 @@ func TestAdvantagesOverflowTable(t *testing.T) {
 	}
 	if _, _, _, err := Advantages(AdvantageConfig{}, [][]float64{{1, math.Inf(1)}}); err == nil {
 		t.Error("an infinite reward was accepted")
+	}
+}
+
+// TestExportExtremeRewards: a group holding a reward of 1.7e308 (data
+// stored before the gateway bounded rewards) builds samples with finite
+// advantages under every estimator, and they export as JSON lines (the
+// report: RLOO failed on "json: unsupported value: +Inf").
+func TestExportExtremeRewards(t *testing.T) {
+	var seq int64
+	f := func(x float64) *float64 { return &x }
+	calls := func(id string) []api.ModelCall { return []api.ModelCall{call(id+"-c0", 1, []int32{1, 2}, []int32{3})} }
+	var rs []store.Rollout
+	evs := map[string][]store.Event{}
+	for i, r := range []float64{1.7e308, -1.7e308, 0, 1} {
+		id := fmt.Sprint("r", i)
+		rs = append(rs, store.Rollout{ID: id, GroupID: "g", Status: store.RolloutSucceeded, Mode: store.ModeTrain})
+		evs[id] = toEvents(t, &seq, id, id+"-a1", calls(id), f(r))
+	}
+	for _, est := range []Estimator{GRPO, DrGRPO, RLOO, ReinforcePPBaseline} {
+		res, err := FromRollouts(rs, evs, Config{Advantage: AdvantageConfig{Estimator: est}, Aggregation: RolloutMean})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range res.Samples {
+			if math.IsNaN(s.Advantage) || math.IsInf(s.Advantage, 0) {
+				t.Errorf("%s: rollout %s advantage %v", est, s.RolloutID, s.Advantage)
+			}
+		}
+		if err := WriteJSONL(io.Discard, res.Samples); err != nil {
+			t.Errorf("%s: export: %v", est, err)
+		}
 	}
 }

@@ -101,3 +101,29 @@ func TestMergeTokenRatioGoal(t *testing.T) {
 		t.Fatalf("merged/per-call tokens = %.3f > 1/3", r)
 	}
 }
+
+// BenchmarkAdvantages: 64 groups of 8 rewards, ordinary and extreme (the
+// scaled path).
+func BenchmarkAdvantages(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		scale float64
+	}{{"ordinary", 1}, {"extreme", 1e300}} {
+		groups := make([][]float64, 64)
+		for g := range groups {
+			groups[g] = make([]float64, 8)
+			for i := range groups[g] {
+				groups[g][i] = float64((g*8+i)%5) * tc.scale
+			}
+		}
+		for _, est := range []Estimator{GRPO, RLOO, ReinforcePPBaseline} {
+			b.Run(tc.name+"/"+string(est), func(b *testing.B) {
+				for b.Loop() {
+					if _, _, _, err := Advantages(AdvantageConfig{Estimator: est}, groups); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -20,6 +20,7 @@ package samples
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/aglrl/agl/api"
@@ -149,12 +150,15 @@ func (s *Sample) Trained() int {
 }
 
 // TokenAdvantages returns the per-token advantages: Advantage where the loss
-// mask is 1, 0 elsewhere.
+// mask is 1, 0 elsewhere, as float32 — saturated at ±math.MaxFloat32, so
+// that a finite advantage beyond float32's range (unnormalised estimators
+// on huge rewards) stays finite.
 func (s *Sample) TokenAdvantages() []float32 {
 	out := make([]float32, len(s.IDs))
+	a := float32(max(-math.MaxFloat32, min(math.MaxFloat32, s.Advantage)))
 	for i, m := range s.LossMask {
 		if m != 0 {
-			out[i] = float32(s.Advantage)
+			out[i] = a
 		}
 	}
 	return out

@@ -23,9 +23,9 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// authorityGateway runs a real `agl gateway` (admin key "crash-key") with an
-// upstream engine configured, so that the /r/… routes are served; the
-// upstream is never called.
+// authorityGateway runs a real `agl gateway` (admin key "crash-key",
+// max_abs_reward 1000) with an upstream engine configured, so that the
+// /r/… routes are served; the upstream is never called.
 func authorityGateway(t *testing.T) (bin, url string, c *api.Client) {
 	t.Helper()
 	if testing.Short() {
@@ -43,7 +43,8 @@ func authorityGateway(t *testing.T) (bin, url string, c *api.Client) {
 	t.Cleanup(up.Close)
 	dataDir, addr := t.TempDir(), freeAddr(t)
 	cfg := filepath.Join(dataDir, "agl.yaml")
-	if err := os.WriteFile(cfg, []byte("engine:\n  upstream:\n    models:\n      - name: m\n        endpoints: [\""+up.URL+"/v1\"]\n"), 0o644); err != nil {
+	yml := "gateway:\n  max_abs_reward: 1000\nengine:\n  upstream:\n    models:\n      - name: m\n        endpoints: [\"" + up.URL + "/v1\"]\n"
+	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	gw := startGateway(t, bin, dataDir, addr, "--config", cfg)
@@ -101,6 +102,8 @@ func TestEventAuthority(t *testing.T) {
 		{"null reward", cl.Key, `{"type":"reward","data":null}`, 400, "events[0].data"},
 		{"string dimension", cl.Key, `{"type":"reward","data":{"values":{"a":"x"}}}`, 400, "events[0].data.values.a"},
 		{"admin: overflowing reward", "crash-key", `{"type":"reward","data":{"value":1.7e308}}`, 400, "events[0].data.value"},
+		{"reward past the configured bound", cl.Key, `{"type":"reward","data":{"value":-1000.5}}`, 400, "events[0].data.value"},
+		{"reward at the configured bound", cl.Key, `{"type":"reward","data":{"value":-1000}}`, 200, ""},
 		{"reward", cl.Key, `{"type":"reward","data":{"value":0.5}}`, 200, ""},
 		{"log", cl.Key, `{"type":"log","data":"hi"}`, 200, ""},
 		{"custom", cl.Key, `{"type":"my.metric","data":3}`, 200, ""},
