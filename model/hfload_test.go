@@ -42,6 +42,21 @@ func writeBF16(t *testing.T, path string, ts map[string]safetensors.Tensor) {
 	}
 }
 
+// writeIndex writes model.safetensors.index.json for shards (file → tensors).
+func writeIndex(t *testing.T, dir string, shards map[string]map[string]safetensors.Tensor) {
+	t.Helper()
+	wm := map[string]string{}
+	for f, ts := range shards {
+		for n := range ts {
+			wm[n] = f
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"total_size": 0}, "weight_map": wm})
+	if err := os.WriteFile(filepath.Join(dir, IndexFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func toBF16(v float32) uint16 {
 	u := math.Float32bits(v)
 	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
@@ -72,6 +87,8 @@ func TestLoadHuggingFaceBF16Sharded(t *testing.T) {
 	}
 	writeBF16(t, filepath.Join(dir, "model-00001-of-00002.safetensors"), shard1)
 	writeBF16(t, filepath.Join(dir, "model-00002-of-00002.safetensors"), shard2)
+	writeIndex(t, dir, map[string]map[string]safetensors.Tensor{
+		"model-00001-of-00002.safetensors": shard1, "model-00002-of-00002.safetensors": shard2})
 	got, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
