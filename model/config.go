@@ -1,5 +1,5 @@
 // Package model is agl's embedded decoder-only transformer: a
-// Qwen2/Qwen3/Llama-architecture model (RMSNorm, RoPE, SwiGLU MLP,
+// Qwen2/Qwen3/Llama/Mistral-architecture model (RMSNorm, RoPE, SwiGLU MLP,
 // grouped-query attention, optional tied embeddings) built with GoMLX.
 // Checkpoints are Hugging Face style: a config.json and safetensors weights
 // with Hugging Face tensor names, so real checkpoints of those families load.
