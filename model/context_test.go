@@ -152,3 +152,39 @@ func TestChooseContext(t *testing.T) {
 		})
 	}
 }
+
+// TestLogProbsRefuseInexactLengths: with a sliding window agl does not
+// implement, sequences the window would slide over are refused by the
+// trainer's paths rather than computed differently from Hugging Face.
+func TestLogProbsRefuseInexactLengths(t *testing.T) {
+	cfg := tinyConfig(TypeMistral)
+	win := 16
+	cfg.SlidingWindow = &win
+	w, err := NewRandom(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(cfg, os.Getenv("AGL_TEST_BACKEND"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.Upload(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.LogProbs(context.Background(), d, [][]int32{make([]int32, 16)}); err != nil {
+		t.Fatalf("16 tokens in a window of 16: %v", err)
+	}
+	_, _, err = m.LogProbs(context.Background(), d, [][]int32{make([]int32, 17)})
+	if err == nil || !strings.Contains(err.Error(), "sequence of 17 tokens exceeds 16") {
+		t.Fatalf("17 tokens: %v", err)
+	}
+	tr, err := NewTrainer(m, w, DefaultAdamW())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tr.StepSFT(context.Background(), &Batch{IDs: [][]int32{make([]int32, 17)}, Weights: [][]float32{make([]float32, 17)}})
+	if err == nil || !strings.Contains(err.Error(), "exceeds 16") {
+		t.Fatalf("training on 17 tokens: %v", err)
+	}
+}
