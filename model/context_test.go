@@ -61,8 +61,8 @@ func TestChunkedPrefillMatchesTeacherForced(t *testing.T) {
 // max_context 32768 on a tiny model, and checks an over-limit prompt's
 // error names both numbers.
 func TestLongContextEngine(t *testing.T) {
-	cfg := Config{ModelType: TypeQwen3, VocabSize: 64, HiddenSize: 16, IntermediateSize: 32, NumHiddenLayers: 1,
-		NumAttentionHeads: 2, NumKeyValueHeads: 1, HeadDim: 8, RMSNormEps: 1e-6, RopeTheta: 1e6,
+	cfg := Config{ModelType: TypeQwen3, VocabSize: 64, HiddenSize: 8, IntermediateSize: 8, NumHiddenLayers: 1,
+		NumAttentionHeads: 1, NumKeyValueHeads: 1, HeadDim: 8, RMSNormEps: 1e-6, RopeTheta: 1e6,
 		MaxPositionEmbeddings: 40960, TieWordEmbeddings: true}
 	w, err := NewRandom(cfg, 4)
 	if err != nil {

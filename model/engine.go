@@ -49,7 +49,7 @@ type EngineOptions struct {
 type Engine struct {
 	m       *Model
 	opts    EngineOptions
-	context ContextInfo
+	ctxInfo ContextInfo
 
 	mu      sync.Mutex
 	cur     *servedVersion
@@ -161,7 +161,7 @@ func NewEngine(m *Model, w *Weights, version int64, opts EngineOptions) (*Engine
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, opts: opts, context: info, cur: &servedVersion{w: d, version: version},
+	e := &Engine{m: m, opts: opts, ctxInfo: info, cur: &servedVersion{w: d, version: version},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), seedRNG: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	go e.loop()
 	return e, nil
@@ -237,7 +237,7 @@ func fmtBytes(n int64) string {
 }
 
 // Context reports the context length and how it was chosen.
-func (e *Engine) Context() ContextInfo { return e.context }
+func (e *Engine) Context() ContextInfo { return e.ctxInfo }
 
 // ModelName implements engine.TokenEngine.
 func (e *Engine) ModelName() string { return e.opts.Name }
