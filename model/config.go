@@ -137,7 +137,7 @@ var ignoredFields = map[string]bool{
 	"tokenizer_class": true, "task_specific_params": true, "problem_type": true, "chunk_size_feed_forward": true,
 	"prefix": true, "sep_token_id": true, "decoder_start_token_id": true, "finetuning_task": true,
 	"tf_legacy_loss": true, "use_bfloat16": true, "cross_attention_hidden_size": true, "tie_encoder_decoder": true,
-	"pruned_heads": true, "architectures_": true, "max_length": true, "min_length": true, "do_sample": true,
+	"pruned_heads": true, "max_length": true, "min_length": true, "do_sample": true,
 	"early_stopping": true, "num_beams": true, "num_beam_groups": true, "diversity_penalty": true,
 	"temperature": true, "top_k": true, "top_p": true, "typical_p": true, "repetition_penalty": true,
 	"length_penalty": true, "no_repeat_ngram_size": true, "encoder_no_repeat_ngram_size": true,
