@@ -3,10 +3,15 @@ package model
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 
 	"github.com/aglrl/agl/engine"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph DSL
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // Benchmarks on the presets with agl's byte+chat vocabulary (265 ids).
@@ -112,6 +117,61 @@ func BenchmarkTrain(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(8*128*b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
+
+// targetLogProbsF32 is targetLogProbs as it was before the float64
+// normaliser (the baseline of BenchmarkTargetLogProbs).
+func targetLogProbsF32(logits, targets *Node) (logp, entropy *Node) {
+	g := logits.Graph()
+	nRows := logits.Shape().Dim(0)
+	p := Softmax(logits, -1)
+	idx := Concatenate([]*Node{Iota(g, shapes.Make(dtypes.Int32, nRows, 1), 0), Reshape(ConvertDType(targets, dtypes.Int32), nRows, 1)}, 1)
+	pt := Gather(p, idx)
+	zt := Gather(logits, idx)
+	logp = Log(Max(pt, BroadcastToDims(Const(g, float32(1e-37)), nRows)))
+	logZ := Sub(zt, logp)
+	entropy = Sub(logZ, ReduceSum(Mul(p, logits), -1))
+	return logp, entropy
+}
+
+// BenchmarkTargetLogProbs measures the log-prob/entropy head with its
+// gradient at a 152k vocabulary (64 rows), with the float64 normaliser
+// (current) and the float32 one it replaced, in one run.
+func BenchmarkTargetLogProbs(b *testing.B) {
+	const n, v = 64, 152064
+	rng := rand.New(rand.NewPCG(1, 2))
+	logits := make([]float32, n*v)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 3)
+	}
+	targets := make([]int32, n)
+	for i := range targets {
+		targets[i] = int32(rng.IntN(v))
+	}
+	for _, impl := range []struct {
+		name string
+		f    func(x, t *Node) (*Node, *Node)
+	}{{"float32-normaliser", targetLogProbsF32}, {"float64-normaliser", targetLogProbs}} {
+		b.Run(impl.name, func(b *testing.B) {
+			bk, err := Backend(TrainBackend(""))
+			if err != nil {
+				b.Fatal(err)
+			}
+			exec := MustNewExec(bk, func(x, tg *Node) []*Node {
+				lp, ent := impl.f(x, tg)
+				loss := Add(ReduceAllSum(lp), ReduceAllSum(ent))
+				return []*Node{lp, ent, Gradient(loss, x)[0]}
+			})
+			in := tensors.FromFlatDataAndDimensions(logits, n, v)
+			exec.MustCall(in, targets)
+			b.ResetTimer()
+			for range b.N {
+				for _, o := range exec.MustCall(in, targets) {
+					o.FinalizeAll()
+				}
+			}
 		})
 	}
 }

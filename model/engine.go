@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -18,9 +21,14 @@ type EngineOptions struct {
 	Name string
 	// MaxBatch is the number of sequences decoded together (default 16).
 	MaxBatch int
-	// MaxContext bounds prompt+response length (default: the config's
-	// max_position_embeddings, at most 4096).
+	// MaxContext bounds prompt+response length; the KV cache grows to it
+	// (default: the config's max_position_embeddings, lowered to what the
+	// KV cache memory budget holds; see NewEngine).
 	MaxContext int
+	// KVCacheBudget bounds the KV cache's bytes (MaxBatch sequences of
+	// MaxContext tokens); default: half the memory available at start
+	// (MemAvailable in /proc/meminfo), no bound where that is unknown.
+	KVCacheBudget int64
 	// InitialCache is the first KV-cache length; it doubles as needed
 	// (default 64).
 	InitialCache int
@@ -39,8 +47,9 @@ type EngineOptions struct {
 // the sampling temperature, top-k or top-p: the quantity the trainer
 // recomputes with Model.LogProbs.
 type Engine struct {
-	m    *Model
-	opts EngineOptions
+	m       *Model
+	opts    EngineOptions
+	ctxInfo ContextInfo
 
 	mu      sync.Mutex
 	cur     *servedVersion
@@ -108,13 +117,31 @@ type batch struct {
 	slots []*slot
 }
 
+// ContextInfo says how an engine's context length was chosen, for the
+// start-up log.
+type ContextInfo struct {
+	MaxContext   int    // tokens, prompt + response
+	KVCacheBytes int64  // the KV cache at MaxContext for MaxBatch sequences
+	Source       string // "engine.max_context", "max_position_embeddings" or "memory"
+	Note         string // why the default was lowered, if it was
+}
+
+// KVCacheBytes is the size of the KV cache holding slots sequences of
+// maxContext tokens (float32 keys and values of every layer).
+func (c Config) KVCacheBytes(slots, maxContext int) int64 {
+	return 2 * 4 * int64(c.NumHiddenLayers) * int64(slots) * int64(c.NumKeyValueHeads) * int64(bucket(maxContext)) * int64(c.HeadDim)
+}
+
 // NewEngine serves w as version and starts the scheduler; Close stops it.
+//
+// The context length is opts.MaxContext, or else the config's
+// max_position_embeddings. It may not exceed Config.MaxExactLength (a
+// sliding window or dynamic RoPE agl would not reproduce beyond it), nor
+// may its KV cache exceed the budget: an explicit MaxContext over it is an
+// error, the default is lowered to fit (ContextInfo says so).
 func NewEngine(m *Model, w *Weights, version int64, opts EngineOptions) (*Engine, error) {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 16
-	}
-	if opts.MaxContext <= 0 {
-		opts.MaxContext = min(m.cfg.MaxPositionEmbeddings, 4096)
 	}
 	if opts.InitialCache <= 0 {
 		opts.InitialCache = 64
@@ -122,6 +149,11 @@ func NewEngine(m *Model, w *Weights, version int64, opts EngineOptions) (*Engine
 	if opts.Name == "" {
 		opts.Name = "agl-embedded"
 	}
+	info, err := chooseContext(m.cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	opts.MaxContext = info.MaxContext
 	if _, err := m.gen(); err != nil {
 		return nil, err
 	}
@@ -129,11 +161,83 @@ func NewEngine(m *Model, w *Weights, version int64, opts EngineOptions) (*Engine
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, opts: opts, cur: &servedVersion{w: d, version: version},
+	e := &Engine{m: m, opts: opts, ctxInfo: info, cur: &servedVersion{w: d, version: version},
 		wake: make(chan struct{}, 1), done: make(chan struct{}), seedRNG: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 	go e.loop()
 	return e, nil
 }
+
+// chooseContext resolves EngineOptions.MaxContext (see NewEngine).
+func chooseContext(cfg Config, opts EngineOptions) (ContextInfo, error) {
+	budget := opts.KVCacheBudget
+	if budget <= 0 {
+		budget = memAvailable() / 2
+	}
+	exact := cfg.MaxExactLength()
+	if opts.MaxContext > 0 {
+		if opts.MaxContext < 2 {
+			return ContextInfo{}, fmt.Errorf("model: max_context %d too small", opts.MaxContext)
+		}
+		if exact > 0 && opts.MaxContext > exact {
+			return ContextInfo{}, fmt.Errorf("model: max_context %d exceeds %d, the longest sequence agl computes exactly for this config (sliding_window or dynamic rope_scaling)", opts.MaxContext, exact)
+		}
+		kv := cfg.KVCacheBytes(opts.MaxBatch, opts.MaxContext)
+		if budget > 0 && kv > budget {
+			return ContextInfo{}, fmt.Errorf("model: max_context %d needs a %s KV cache for max_batch %d, over the %s budget (half the available memory): lower max_context or max_batch",
+				opts.MaxContext, fmtBytes(kv), opts.MaxBatch, fmtBytes(budget))
+		}
+		return ContextInfo{MaxContext: opts.MaxContext, KVCacheBytes: kv, Source: "engine.max_context"}, nil
+	}
+	info := ContextInfo{MaxContext: cfg.MaxPositionEmbeddings, Source: "max_position_embeddings"}
+	if exact > 0 && info.MaxContext > exact {
+		info.MaxContext = exact
+		info.Note = fmt.Sprintf("lowered from max_position_embeddings %d to %d, the longest sequence agl computes exactly for this config", cfg.MaxPositionEmbeddings, exact)
+	}
+	if budget > 0 && cfg.KVCacheBytes(opts.MaxBatch, info.MaxContext) > budget {
+		per := cfg.KVCacheBytes(opts.MaxBatch, 1) // bytes per position
+		fit := int(budget/per) / 512 * 512
+		if fit < 512 {
+			return ContextInfo{}, fmt.Errorf("model: a KV cache of 512 tokens for max_batch %d needs %s, over the %s budget (half the available memory): lower max_batch",
+				opts.MaxBatch, fmtBytes(cfg.KVCacheBytes(opts.MaxBatch, 512)), fmtBytes(budget))
+		}
+		info.Note = fmt.Sprintf("lowered from %d to %d: a KV cache of %d tokens for max_batch %d would need %s, over the %s budget (half the available memory); set engine.max_context or lower engine.max_batch",
+			info.MaxContext, fit, info.MaxContext, opts.MaxBatch, fmtBytes(cfg.KVCacheBytes(opts.MaxBatch, info.MaxContext)), fmtBytes(budget))
+		info.MaxContext, info.Source = fit, "memory"
+	}
+	info.KVCacheBytes = cfg.KVCacheBytes(opts.MaxBatch, info.MaxContext)
+	return info, nil
+}
+
+// memAvailable is the host's available memory in bytes (0 if unknown).
+func memAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func fmtBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+// Context reports the context length and how it was chosen.
+func (e *Engine) Context() ContextInfo { return e.ctxInfo }
 
 // ModelName implements engine.TokenEngine.
 func (e *Engine) ModelName() string { return e.opts.Name }
@@ -265,7 +369,7 @@ func (e *Engine) loop() {
 				continue
 			}
 			if b == nil {
-				b = &batch{ver: cur, cache: e.m.newCache(e.opts.MaxBatch, e.opts.InitialCache), slots: make([]*slot, e.opts.MaxBatch)}
+				b = &batch{ver: cur, cache: e.m.newCache(e.opts.MaxBatch, e.opts.InitialCache, bucket(e.opts.MaxContext)), slots: make([]*slot, e.opts.MaxBatch)}
 				batches = append(batches, b)
 			}
 			free := -1

@@ -20,9 +20,9 @@ import (
 
 // genExecs are the compiled generation graphs of a Model.
 type genExecs struct {
-	once                         sync.Once
-	err                          error
-	prefill, decode, grow, clear *Exec
+	once                                 sync.Once
+	err                                  error
+	prefill, extend, decode, grow, clear *Exec
 }
 
 func (m *Model) gen() (*genExecs, error) {
@@ -117,18 +117,69 @@ func (m *Model) compileGen() error {
 	if err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
-	// grow(cache...) doubles each cache's length with zeros.
+	// extend(params, kc, vc, tokens [P, L], rows [P], start [P], nValid [P],
+	// span [W]) -> logits [P, V] of each chunk's last valid token, kc', vc'.
+	// Chunk p continues the sequence of cache slot rows[p] at positions
+	// start[p]..: its first nValid[p] keys/values are added there (those
+	// positions are zero, see the invariant) and it attends to the slot's
+	// positions up to its own, all below W (read from span's shape). A long
+	// prompt is prefilled as a first chunk (prefill) and then such chunks,
+	// so attention scores stay [chunk, W] in size.
+	ge.extend, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
+		params, kc, vc := ins[:n], ins[n:n+nl], ins[n+nl:n+2*nl]
+		tokens, rows, start, nValid := ins[n+2*nl], ins[n+2*nl+1], ins[n+2*nl+2], ins[n+2*nl+3]
+		span := ins[n+2*nl+4].Shape().Dim(0)
+		p, l := tokens.Shape().Dim(0), tokens.Shape().Dim(1)
+		s := kc[0].Shape().Dim(2)
+		kvh, hd := cfg.NumKeyValueHeads, cfg.HeadDim
+		offs := Iota(g, shapes.Make(dtypes.Int32, p, l), 1)
+		positions := Add(offs, BroadcastToDims(Reshape(start, p, 1), p, l)) // [P, L]
+		valid := LessThan(offs, BroadcastToDims(Reshape(nValid, p, 1), p, l))
+		clamped := Min(positions, BroadcastToDims(Const(g, int32(s-1)), p, l))
+		idx := Concatenate([]*Node{
+			BroadcastToDims(Reshape(rows, p, 1, 1, 1), p, kvh, l, 1),
+			Iota(g, shapes.Make(dtypes.Int32, p, kvh, l, 1), 1),
+			BroadcastToDims(Reshape(clamped, p, 1, l, 1), p, kvh, l, 1),
+		}, 3)
+		idx = Reshape(idx, p*kvh*l, 3)
+		validF := BroadcastToDims(Reshape(ConvertDType(valid, dtypes.Float32), p, 1, l, 1), p, kvh, l, hd)
+		write := func(cache, x *Node) *Node { // x [P, L, KV, hd]
+			upd := Mul(headsFirst(x), validF)
+			return ScatterSum(cache, idx, Reshape(upd, p*kvh*l, hd), false, false)
+		}
+		cols := Iota(g, shapes.Make(dtypes.Int32, p, l, span), 2)
+		mask := LessOrEqual(cols, BroadcastToDims(Reshape(positions, p, l, 1), p, l, span))
+		newK, newV := make([]*Node, nl), make([]*Node, nl)
+		sel := Reshape(rows, p, 1)
+		h := newNet(cfg, params).decoder(tokens, positions, func(i int, k, v *Node) (*Node, *Node, *Node) {
+			newK[i] = write(kc[i], k)
+			newV[i] = write(vc[i], v)
+			window := func(c *Node) *Node { return SliceAxis(Gather(c, sel), 2, AxisRange(0, span)) }
+			return window(newK[i]), window(newV[i]), mask
+		})
+		last := Max(Sub(nValid, OnesLike(nValid)), ZerosLike(nValid))
+		pick := OneHot(last, l, dtypes.Float32) // [P, L]
+		logits := newNet(cfg, params).logits(Einsum("pl,pld->pd", pick, h))
+		return append(append([]*Node{logits}, newK...), newV...)
+	})
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	// grow(cache..., extra [E]) appends E zero positions to each cache (E
+	// is read from the shape of the last argument).
 	ge.grow, err = NewExec(m.backend, func(g *Graph, ins []*Node) []*Node {
-		out := make([]*Node, len(ins))
-		for i, c := range ins {
-			out[i] = Concatenate([]*Node{c, ZerosLike(c)}, 2)
+		extra := ins[len(ins)-1].Shape().Dim(0)
+		out := make([]*Node, len(ins)-1)
+		for i, c := range ins[:len(ins)-1] {
+			d := c.Shape().Dimensions
+			out[i] = Concatenate([]*Node{c, Zeros(g, shapes.Make(c.DType(), d[0], d[1], extra, d[3]))}, 2)
 		}
 		return out
 	})
 	if err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
-	for _, e := range []*Exec{ge.prefill, ge.decode, ge.grow} {
+	for _, e := range []*Exec{ge.prefill, ge.extend, ge.decode, ge.grow} {
 		e.SetMaxCache(4096) // prompt-length × batch × cache-length buckets
 	}
 	return nil
@@ -139,10 +190,14 @@ type kvCache struct {
 	k, v  []*tensors.Tensor
 	slots int
 	len   int
+	max   int // the length it may grow to
 }
 
-func (m *Model) newCache(slots, length int) *kvCache {
-	c := &kvCache{slots: slots, len: length}
+// newCache makes a cache of length positions per slot that may grow to
+// maxLen (at least length).
+func (m *Model) newCache(slots, length, maxLen int) *kvCache {
+	length = min(length, maxLen)
+	c := &kvCache{slots: slots, len: length, max: maxLen}
 	for range m.cfg.NumHiddenLayers {
 		sh := shapes.Make(dtypes.Float32, slots, m.cfg.NumKeyValueHeads, length, m.cfg.HeadDim)
 		c.k = append(c.k, tensors.FromShape(sh))
@@ -181,21 +236,36 @@ func (c *kvCache) free() {
 	}
 }
 
-// growTo doubles the cache until it holds length positions.
+// growTo doubles the cache (up to its maximum) until it holds length
+// positions.
 func (m *Model) growTo(c *kvCache, length int) error {
+	if length > c.max {
+		return fmt.Errorf("model: %d positions exceed the KV cache's %d", length, c.max)
+	}
 	ge, err := m.gen()
 	if err != nil {
 		return err
 	}
-	for c.len < length {
-		outs, err := ge.grow.Call(c.args()...)
-		if err != nil {
-			return fmt.Errorf("model: grow cache: %w", err)
-		}
-		c.replace(outs)
+	if c.len >= length {
+		return nil
 	}
+	next := c.len
+	for next < length {
+		next = min(2*next, c.max)
+	}
+	args := append(c.args(), tensors.FromShape(shapes.Make(dtypes.Int32, next-c.len)))
+	outs, err := ge.grow.Call(args...)
+	if err != nil {
+		return fmt.Errorf("model: grow cache: %w", err)
+	}
+	c.replace(outs)
 	return nil
 }
+
+// prefillChunk is the longest piece of a prompt prefilled in one graph
+// call: longer prompts continue in chunks (extend), so attention scores stay
+// [chunk, cache] in size instead of [prompt, prompt].
+const prefillChunk = 512
 
 // prefill runs prompts into the given cache slots and returns each
 // prompt's last-token logits.
@@ -204,12 +274,14 @@ func (m *Model) prefill(w *DeviceWeights, c *kvCache, rows []int, prompts [][]in
 	if err != nil {
 		return nil, err
 	}
-	maxLen := 1
-	for _, p := range prompts {
+	maxLen, first := 1, make([][]int32, len(prompts))
+	for i, p := range prompts {
 		maxLen = max(maxLen, len(p))
+		first[i] = p[:min(len(p), prefillChunk)]
 	}
-	l := bucket(maxLen)
-	if err := m.growTo(c, l); err != nil {
+	firstLen := min(maxLen, prefillChunk)
+	l := bucket(firstLen)
+	if err := m.growTo(c, max(l, maxLen)); err != nil {
 		return nil, err
 	}
 	np := bucket(len(prompts))
@@ -217,24 +289,54 @@ func (m *Model) prefill(w *DeviceWeights, c *kvCache, rows []int, prompts [][]in
 	for i := range np {
 		rowArg[i], lenArg[i] = -1, 1
 		if i < len(prompts) {
-			rowArg[i], lenArg[i] = int32(rows[i]), int32(len(prompts[i]))
+			rowArg[i], lenArg[i] = int32(rows[i]), int32(len(first[i]))
 		}
 	}
 	args := append(w.args(), c.args()...)
-	args = append(args, tensors.FromFlatDataAndDimensions(padIDs(prompts, np, l), np, l),
+	args = append(args, tensors.FromFlatDataAndDimensions(padIDs(first, np, l), np, l),
 		tensors.FromFlatDataAndDimensions(rowArg, np), tensors.FromFlatDataAndDimensions(lenArg, np))
 	outs, err := ge.prefill.Call(args...)
 	if err != nil {
 		return nil, fmt.Errorf("model: prefill: %w", err)
 	}
-	flat, err := tensors.CopyFlatData[float32](outs[0])
-	outs[0].FinalizeAll()
+	logits, err := m.takeLogits(outs, c, len(prompts))
 	if err != nil {
 		return nil, err
 	}
+	for i, p := range prompts {
+		for off := prefillChunk; off < len(p); off += prefillChunk {
+			chunk := p[off:min(len(p), off+prefillChunk)]
+			args := append(w.args(), c.args()...)
+			args = append(args, tensors.FromFlatDataAndDimensions(padIDs([][]int32{chunk}, 1, prefillChunk), 1, prefillChunk),
+				tensors.FromFlatDataAndDimensions([]int32{int32(rows[i])}, 1),
+				tensors.FromFlatDataAndDimensions([]int32{int32(off)}, 1),
+				tensors.FromFlatDataAndDimensions([]int32{int32(len(chunk))}, 1),
+				tensors.FromShape(shapes.Make(dtypes.Int32, min(bucket(off+len(chunk)), c.len))))
+			outs, err := ge.extend.Call(args...)
+			if err != nil {
+				return nil, fmt.Errorf("model: prefill: %w", err)
+			}
+			lg, err := m.takeLogits(outs, c, 1)
+			if err != nil {
+				return nil, err
+			}
+			logits[i] = lg[0]
+		}
+	}
+	return logits, nil
+}
+
+// takeLogits copies the logits [≥n, V] (outs[0]) of a prefill or extend
+// call and installs its new cache tensors (the rest).
+func (m *Model) takeLogits(outs []*tensors.Tensor, c *kvCache, n int) ([][]float32, error) {
+	flat, err := tensors.CopyFlatData[float32](outs[0])
+	outs[0].FinalizeAll()
 	c.replace(outs[1:])
+	if err != nil {
+		return nil, err
+	}
 	v := m.cfg.VocabSize
-	logits := make([][]float32, len(prompts))
+	logits := make([][]float32, n)
 	for i := range logits {
 		logits[i] = flat[i*v : (i+1)*v]
 	}

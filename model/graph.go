@@ -61,14 +61,15 @@ func linear(x, w, b *Node) *Node {
 }
 
 // rope rotates x [B, L, heads, hd] by positions [B, L] (Hugging Face
-// "rotate half" convention).
-func rope(x, positions *Node, theta float64) *Node {
+// "rotate half" convention) with the inverse frequencies invFreq
+// (Config.ropeInvFreq), scaling cos and sin by attention.
+func rope(x, positions *Node, invFreq []float64, attention float64) *Node {
 	g := x.Graph()
 	hd := x.Shape().Dim(-1)
 	half := hd / 2
 	inv := make([]float32, half)
 	for i := range inv {
-		inv[i] = float32(1 / math.Pow(theta, float64(2*i)/float64(hd)))
+		inv[i] = float32(invFreq[i])
 	}
 	pos := ConvertDType(positions, dtypes.Float32) // [B, L]
 	b0, l0 := pos.Shape().Dim(0), pos.Shape().Dim(1)
@@ -79,6 +80,9 @@ func rope(x, positions *Node, theta float64) *Node {
 	x1, x2 := SliceAxis(x, -1, AxisRange(0, half)), SliceAxis(x, -1, AxisRange(half))
 	rot := Concatenate([]*Node{Neg(x2), x1}, -1)
 	b, l, h := x.Shape().Dim(0), x.Shape().Dim(1), x.Shape().Dim(2)
+	if attention != 1 {
+		cos, sin = MulScalar(cos, attention), MulScalar(sin, attention)
+	}
 	cos = BroadcastToDims(cos, b, l, h, hd)
 	sin = BroadcastToDims(sin, b, l, h, hd)
 	return Add(Mul(x, cos), Mul(rot, sin))
@@ -119,6 +123,7 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 	x := Gather(n.w("model.embed_tokens.weight"), ExpandAxes(ids, -1)) // [B, L, D]
 	eps := c.RMSNormEps
 	hd := c.HeadDim
+	invFreq, ropeScale := c.ropeInvFreq()
 	for i := range c.NumHiddenLayers {
 		pre := fmt.Sprintf("model.layers.%d.", i)
 		h := rmsNorm(x, n.w(pre+"input_layernorm.weight"), eps)
@@ -136,15 +141,19 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 			q = rmsNorm(q, n.w(pre+"self_attn.q_norm.weight"), eps)
 			k = rmsNorm(k, n.w(pre+"self_attn.k_norm.weight"), eps)
 		}
-		q = rope(q, positions, c.RopeTheta)
-		k = rope(k, positions, c.RopeTheta)
+		q = rope(q, positions, invFreq, ropeScale)
+		k = rope(k, positions, invFreq, ropeScale)
 		keys, values, mask := kv(i, k, v)
 		a := attention(q, keys, values, mask, c.NumKeyValueHeads)
 		x = Add(x, linear(a, n.w(pre+"self_attn.o_proj.weight"), ob))
 		h = rmsNorm(x, n.w(pre+"post_attention_layernorm.weight"), eps)
-		gate := linear(h, n.w(pre+"mlp.gate_proj.weight"), nil)
-		up := linear(h, n.w(pre+"mlp.up_proj.weight"), nil)
-		x = Add(x, linear(Mul(silu(gate), up), n.w(pre+"mlp.down_proj.weight"), nil))
+		var gb, ub, db *Node
+		if c.MLPBiased() {
+			gb, ub, db = n.w(pre+"mlp.gate_proj.bias"), n.w(pre+"mlp.up_proj.bias"), n.w(pre+"mlp.down_proj.bias")
+		}
+		gate := linear(h, n.w(pre+"mlp.gate_proj.weight"), gb)
+		up := linear(h, n.w(pre+"mlp.up_proj.weight"), ub)
+		x = Add(x, linear(Mul(silu(gate), up), n.w(pre+"mlp.down_proj.weight"), db))
 	}
 	return rmsNorm(x, n.w("model.norm.weight"), eps)
 }
@@ -189,8 +198,14 @@ func (n *net) tokenLogProbs(ids *Node) (logp, entropy *Node) {
 // the backend's fused softmax (its float32 exp is much faster than Exp/Log)
 // and one multiply-reduce over the vocabulary, with no max reduction:
 //
-//	p = softmax(z), log p_t = log p[t], log Z = z[t] − log p_t
-//	H = log Z − Σ p·z
+//	p = softmax(z), s = Σ p (in float64), log p_t = log p[t] − log s
+//	log Z = z[t] − log p_t, H = log Z − Σ p·z / s
+//
+// The fused softmax sums its normaliser in float32, off by up to ~4e-4 in
+// log at a 152k vocabulary; s, summed in float64, measures that error
+// (it is 1 but for rounding), so the log-probs are as accurate as the
+// engine's float64 log-softmax. s carries no gradient (mathematically it is
+// constant).
 //
 // p[t] is floored at 1e-37: a target below that (log-prob < −85, never
 // sampled in practice) reports −85, gets no gradient, and makes H
@@ -202,9 +217,12 @@ func targetLogProbs(logits, targets *Node) (logp, entropy *Node) {
 	idx := Concatenate([]*Node{Iota(g, shapes.Make(dtypes.Int32, nRows, 1), 0), Reshape(ConvertDType(targets, dtypes.Int32), nRows, 1)}, 1)
 	pt := Gather(p, idx)      // [N]
 	zt := Gather(logits, idx) // [N]
-	logp = Log(Max(pt, BroadcastToDims(Const(g, float32(1e-37)), nRows)))
+	s := StopGradient(ReduceSum(ConvertDType(p, dtypes.Float64), -1))
+	logS := ConvertDType(Log(s), dtypes.Float32)
+	logp = Sub(Log(Max(pt, BroadcastToDims(Const(g, float32(1e-37)), nRows))), logS)
 	logZ := Sub(zt, logp)
-	entropy = Sub(logZ, ReduceSum(Mul(p, logits), -1))
+	pz := ReduceSum(ConvertDType(Mul(p, logits), dtypes.Float64), -1)
+	entropy = Sub(logZ, ConvertDType(Div(pz, s), dtypes.Float32))
 	return logp, entropy
 }
 

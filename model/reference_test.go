@@ -40,12 +40,13 @@ func referenceLogProbs(w *Weights, ids []int32) (logp, entropy []float32) {
 		}
 		return y
 	}
+	invFreq, ropeScale := c.ropeInvFreq()
 	rope := func(x []float64, pos int) []float64 {
 		y := make([]float64, hd)
 		half := hd / 2
 		for i := range half {
-			f := float64(pos) / math.Pow(c.RopeTheta, float64(2*i)/float64(hd))
-			cs, sn := math.Cos(f), math.Sin(f)
+			f := float64(pos) * invFreq[i]
+			cs, sn := ropeScale*math.Cos(f), ropeScale*math.Sin(f)
 			y[i] = x[i]*cs - x[i+half]*sn
 			y[i+half] = x[i+half]*cs + x[i]*sn
 		}
@@ -124,12 +125,12 @@ func referenceLogProbs(w *Weights, ids []int32) (logp, entropy []float32) {
 			}
 			h := rms(x[t], get(pre+"post_attention_layernorm.weight"))
 			I := c.IntermediateSize
-			g := lin(h, get(pre+"mlp.gate_proj.weight"), nil, I, D)
-			u := lin(h, get(pre+"mlp.up_proj.weight"), nil, I, D)
+			g := lin(h, get(pre+"mlp.gate_proj.weight"), bias("mlp.gate_proj.bias"), I, D)
+			u := lin(h, get(pre+"mlp.up_proj.weight"), bias("mlp.up_proj.bias"), I, D)
 			for i := range g {
 				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
 			}
-			dn := lin(g, get(pre+"mlp.down_proj.weight"), nil, D, I)
+			dn := lin(g, get(pre+"mlp.down_proj.weight"), bias("mlp.down_proj.bias"), D, I)
 			for i := range D {
 				x[t][i] += dn[i]
 			}

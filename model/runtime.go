@@ -195,6 +195,9 @@ func (m *Model) LogProbs(ctx context.Context, w *DeviceWeights, seqs [][]int32) 
 	if maxLen < 1 {
 		return nil, nil, fmt.Errorf("model: empty sequences")
 	}
+	if err := m.checkLength(maxLen); err != nil {
+		return nil, nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -215,6 +218,14 @@ func (m *Model) LogProbs(ctx context.Context, w *DeviceWeights, seqs [][]int32) 
 		entropy = append(entropy, append([]float32(nil), ent[i*cols:i*cols+len(s)]...))
 	}
 	return logp, entropy, nil
+}
+
+// checkLength refuses sequences longer than the config's MaxExactLength.
+func (m *Model) checkLength(n int) error {
+	if exact := m.cfg.MaxExactLength(); exact > 0 && n > exact {
+		return fmt.Errorf("model: sequence of %d tokens exceeds %d, the longest agl computes exactly for this config (sliding_window or dynamic rope_scaling)", n, exact)
+	}
+	return nil
 }
 
 func (d *DeviceWeights) args() []any {

@@ -236,6 +236,9 @@ func (t *Trainer) shape(b *Batch) (rows, cols int, err error) {
 			return 0, 0, fmt.Errorf("model: batch row %d: weights do not match ids", i)
 		}
 	}
+	if err := t.m.checkLength(maxLen); err != nil {
+		return 0, 0, err
+	}
 	return bucket(len(b.IDs)), bucket(maxLen), nil
 }
 

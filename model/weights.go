@@ -1,6 +1,8 @@
 package model
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -61,38 +63,89 @@ func (w *Weights) Clone() *Weights {
 	return c
 }
 
-// Load reads config.json and the *.safetensors files of a Hugging Face
-// style model directory (sharded checkpoints included). A missing
-// lm_head.weight is taken from the embeddings (tied).
+// IndexFile is the name of a sharded checkpoint's index, whose weight_map
+// names the file of every tensor.
+const IndexFile = "model.safetensors.index.json"
+
+// Load reads config.json and the weights of a Hugging Face style model
+// directory: the files model.safetensors.index.json lists (a sharded
+// checkpoint), else model.safetensors. A missing lm_head.weight is taken
+// from the embeddings (tied). A tensor the model does not use is an error.
 func Load(dir string) (*Weights, error) {
 	c, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	files, index, err := weightFiles(dir)
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("model: no *.safetensors in %s", dir)
-	}
-	sort.Strings(files)
 	all := map[string]safetensors.Tensor{}
 	for _, f := range files {
-		st, err := safetensors.ReadFile(f)
+		st, err := safetensors.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			return nil, err
 		}
 		for k, v := range st.Tensors {
+			if index != nil && index[k] != f {
+				if index[k] == "" {
+					return nil, fmt.Errorf("model: tensor %s in %s is not in %s", k, f, IndexFile)
+				}
+				return nil, fmt.Errorf("model: tensor %s in %s, but %s puts it in %s", k, f, IndexFile, index[k])
+			}
 			all[k] = v
+		}
+	}
+	for k, f := range index {
+		if _, ok := all[k]; !ok {
+			return nil, fmt.Errorf("model: tensor %s missing from %s (listed in %s)", k, f, IndexFile)
 		}
 	}
 	return FromTensors(c, all)
 }
 
-// FromTensors builds Weights from named tensors, checking shapes.
+// weightFiles lists the safetensors files of dir (names relative to dir)
+// and, for a sharded checkpoint, the index's tensor → file map.
+func weightFiles(dir string) ([]string, map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, IndexFile))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(dir, WeightsFile)); err != nil {
+			return nil, nil, fmt.Errorf("model: no %s or %s in %s", WeightsFile, IndexFile, dir)
+		}
+		return []string{WeightsFile}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("model: %w", err)
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, nil, fmt.Errorf("model: %s: %w", IndexFile, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, nil, fmt.Errorf("model: %s has no weight_map", IndexFile)
+	}
+	var files []string
+	for k, f := range idx.WeightMap {
+		if f == "" || filepath.Base(f) != f || f == "." || f == ".." {
+			return nil, nil, fmt.Errorf("model: %s: tensor %s has file %q, want a file name in the model directory", IndexFile, k, f)
+		}
+		if !slices.Contains(files, f) {
+			files = append(files, f)
+		}
+	}
+	sort.Strings(files)
+	return files, idx.WeightMap, nil
+}
+
+// FromTensors builds Weights from named tensors, checking shapes. Every
+// tensor must be one the config uses, except Hugging Face's RoPE buffers
+// (rotary_emb.inv_freq, recomputed from the config) and, with tied
+// embeddings, an lm_head.weight equal to the embeddings.
 func FromTensors(c Config, named map[string]safetensors.Tensor) (*Weights, error) {
 	w := &Weights{Config: c}
+	used := make(map[string]bool, len(named))
 	for _, p := range c.Params() {
 		t, ok := named[p.Name]
 		if !ok && p.Name == "lm_head.weight" {
@@ -104,7 +157,28 @@ func FromTensors(c Config, named map[string]safetensors.Tensor) (*Weights, error
 		if !slices.Equal(t.Shape, p.Shape) {
 			return nil, fmt.Errorf("model: tensor %s has shape %v, config wants %v", p.Name, t.Shape, p.Shape)
 		}
+		used[p.Name] = true
 		w.Tensors = append(w.Tensors, t)
+	}
+	var unused []string
+	for k, t := range named {
+		switch {
+		case used[k], strings.HasSuffix(k, "rotary_emb.inv_freq"):
+		case k == "lm_head.weight" && c.TieWordEmbeddings:
+			e := named["model.embed_tokens.weight"]
+			if !slices.Equal(t.Shape, e.Shape) || !slices.Equal(t.Data, e.Data) {
+				return nil, fmt.Errorf("model: tensor lm_head.weight differs from model.embed_tokens.weight but tie_word_embeddings is true")
+			}
+		default:
+			unused = append(unused, k)
+		}
+	}
+	if len(unused) > 0 {
+		sort.Strings(unused)
+		if len(unused) > 5 {
+			unused = append(unused[:5], fmt.Sprintf("and %d more", len(unused)-5))
+		}
+		return nil, fmt.Errorf("model: checkpoint tensor(s) %s not used by the %s config (a config field agl does not read?)", strings.Join(unused, ", "), c.ModelType)
 	}
 	return w, nil
 }

@@ -24,9 +24,28 @@ type engineConfig struct {
 	Backend  string `yaml:"backend"`
 	Name     string `yaml:"name"`
 	MaxBatch int    `yaml:"max_batch"`
+	// MaxContext bounds prompt+response tokens of the embedded model
+	// (default: the model's max_position_embeddings, lowered to what a KV
+	// cache of half the available memory holds).
+	MaxContext int `yaml:"max_context"`
 	// Version is the weights version the model dir holds (default 1).
 	Version  int64            `yaml:"version"`
 	Upstream *upstream.Config `yaml:"upstream"`
+}
+
+// engineOptions are the embedded engine's options from the config.
+func (ec engineConfig) engineOptions(name string) model.EngineOptions {
+	return model.EngineOptions{Name: name, MaxBatch: ec.MaxBatch, MaxContext: ec.MaxContext}
+}
+
+// logContext prints the embedded engine's context length and KV cache size.
+func logContext(log *slog.Logger, eng *model.Engine) {
+	ci := eng.Context()
+	args := []any{"max_context", ci.MaxContext, "from", ci.Source, "kv_cache_mib", ci.KVCacheBytes >> 20}
+	if ci.Note != "" {
+		args = append(args, "note", ci.Note)
+	}
+	log.Info("embedded engine context", args...)
 }
 
 // llm is what serving a model needs: the proxy and, for the embedded
@@ -59,11 +78,12 @@ func openLLM(ctx context.Context, c config.Config, st store.Store, log *slog.Log
 		if ec.Version == 0 {
 			ec.Version = 1
 		}
-		eng, err := model.OpenEngine(ec.ModelDir, ec.Backend, ec.Version, model.EngineOptions{Name: ec.Name, MaxBatch: ec.MaxBatch})
+		eng, err := model.OpenEngine(ec.ModelDir, ec.Backend, ec.Version, ec.engineOptions(ec.Name))
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 		log.Info("embedded model loaded", "dir", ec.ModelDir, "name", eng.ModelName(), "version", ec.Version)
+		logContext(log, eng)
 		return &llm{Proxy: proxy.New(pc, st, proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)), Engine: eng, Format: f}, nil
 	case ec.Upstream != nil:
 		cl, err := upstream.New(*ec.Upstream)

@@ -174,11 +174,12 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	if name == "" {
 		name = "agl"
 	}
-	eng, err := model.NewEngine(gm, w, state.Version, model.EngineOptions{Name: name, MaxBatch: ec.MaxBatch})
+	eng, err := model.NewEngine(gm, w, state.Version, ec.engineOptions(name))
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
+	logContext(log, eng)
 	pc.MaxAbsReward = c.Gateway.MaxAbsReward
 	px := proxy.New(pc, st, proxy.NewTokenBackend(eng, format, format.Tokenizer(), 0))
 	if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: state.Version, Weights: weightsDir}); err != nil && !errors.Is(err, store.ErrConflict) {
