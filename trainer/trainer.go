@@ -283,9 +283,9 @@ type StepMetrics struct {
 	// harnesses); DuplicateCalls counts calls dropped as retries.
 	TrainedByAgent map[string]int `json:"trained_tokens_by_agent,omitempty"`
 	DuplicateCalls int            `json:"duplicate_calls,omitempty"`
-	RolloutSecs   float64   `json:"rollout_seconds"`
-	TrainSecs     float64   `json:"train_seconds,omitempty"`
-	TokensPerSec  float64   `json:"tokens_per_second,omitempty"`
+	RolloutSecs    float64        `json:"rollout_seconds"`
+	TrainSecs      float64        `json:"train_seconds,omitempty"`
+	TokensPerSec   float64        `json:"tokens_per_second,omitempty"`
 
 	// Staleness of the trained samples in versions (mean and max), and
 	// the groups and samples staler than max_staleness (dropped unless
