@@ -271,6 +271,10 @@ type StepMetrics struct {
 	DroppedGroups int       `json:"dropped_groups,omitempty"`
 	Loss          float64   `json:"loss,omitempty"`
 	GradNorm      float64   `json:"grad_norm,omitempty"`
+	RolloutSecs   float64   `json:"rollout_seconds"`
+	TrainSecs     float64   `json:"train_seconds,omitempty"`
+	TokensPerSec  float64   `json:"tokens_per_second,omitempty"`
+
 	// Entropy, ClipFrac and ApproxKL are the policy step's token means
 	// (over trained tokens, micro-batches weighted by their tokens): the
 	// entropy of the policy, the fraction of tokens whose ratio was
@@ -283,9 +287,6 @@ type StepMetrics struct {
 	// harnesses); DuplicateCalls counts calls dropped as retries.
 	TrainedByAgent map[string]int `json:"trained_tokens_by_agent,omitempty"`
 	DuplicateCalls int            `json:"duplicate_calls,omitempty"`
-	RolloutSecs    float64        `json:"rollout_seconds"`
-	TrainSecs      float64        `json:"train_seconds,omitempty"`
-	TokensPerSec   float64        `json:"tokens_per_second,omitempty"`
 
 	// Staleness of the trained samples in versions (mean and max), and
 	// the groups and samples staler than max_staleness (dropped unless
