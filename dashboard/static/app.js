@@ -240,7 +240,7 @@ function msgEl(m, extraClass) {
 
 function callEl(c, k) {
   const head = h('div', {class: 'callhead'},
-    h('strong', {}, 'call ' + (k + 1)), h('span', {class: 'mono'}, c.api || ''),
+    h('strong', {}, 'call ' + (k + 1)), c.agent ? pill('agent: ' + c.agent, 'agent') : null, h('span', {class: 'mono'}, c.api || ''),
     h('span', {}, (c.model || '') + ' v' + c.model_version),
     c.stream ? pill('streamed') : null,
     h('span', {}, c.prompt_tokens + ' → ' + c.completion_tokens + ' tokens'),
