@@ -1,6 +1,7 @@
 // Package samples turns terminal rollouts into training samples: it merges a
 // rollout's model calls into as few token sequences as the exact token ids
-// allow, resolves rewards, computes rollout-level advantages within groups,
+// allow, resolves rewards, assigns credit to calls (see [Credit]), computes
+// advantages within groups,
 // assigns per-token loss-aggregation weights, packs samples into batches, and
 // holds the plain-Go reference of the policy loss that every trainer backend
 // must reproduce. It has no model dependency.
@@ -8,7 +9,8 @@
 // # Calls to samples
 //
 // The "model_request" events of a rollout's final attempt are read in
-// sequence order. Call k+1 is merged into the current sample when its prompt
+// sequence order. Each agent's calls (api.ModelCall.Agent) are merged on
+// their own: call k+1 is merged into its agent's current sample when its prompt
 // ids start with exactly the current sample's ids (and the other conditions
 // of [BuildConfig] hold): the prompt tokens after that prefix are appended
 // with loss mask 0, the response tokens with loss mask 1 and their rollout
@@ -188,7 +190,10 @@ type Excluded struct {
 	AttemptID string `json:"attempt_id"`
 	CallID    string `json:"call_id"`
 	// Reason: "no_token_ids", "logprobs_mismatch", "prompt_too_long",
-	// "response_too_long", "no_trained_tokens", "empty_prompt", "bad_event".
+	// "response_too_long", "no_trained_tokens", "empty_prompt", "bad_event";
+	// from FromRollouts also "duplicate_prompt" (a later call of the agent
+	// had the same prompt ids), "frozen_agent" (not in TrainAgents) and
+	// "not_last_call" (CreditLastCall: its tokens stay in the sample, masked).
 	Reason string `json:"reason"`
 	Detail string `json:"detail,omitempty"`
 }

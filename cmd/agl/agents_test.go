@@ -3,11 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/trainer"
 )
 
 // TestTrainRefusesUnknownNames: `agl train` refuses unknown estimator,
@@ -45,5 +52,113 @@ func TestTrainRefusesUnknownNames(t *testing.T) {
 				t.Errorf("the data dir was created before the config was refused: %v", err)
 			}
 		})
+	}
+}
+
+// TestTrainMultiAgent runs `agl train` on a real three-agent Python
+// harness (writer by path, checker by header, rewriter by model name) with
+// train_agents [writer, rewriter] and credit per_call: every call's event
+// names its agent, the step trains tokens of the writer and the rewriter
+// only, and the progress line reports the update (gradient norm, KL).
+func TestTrainMultiAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
+		t.Fatalf("model init: %v\n%s", err, out.String())
+	}
+	var tasks strings.Builder
+	for i := 0; i < 6; i++ {
+		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
+	}
+	harness, err := filepath.Abs("testdata/agents_harness.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`data_dir: run
+engine:
+  model_dir: model
+proxy:
+  agents: {rewriter-model: rewriter}
+controller:
+  command: [python3, %q]
+  concurrency: 4
+trainer:
+  tasks: tasks.jsonl
+  val_fraction: 0.34
+  steps: 1
+  tasks_per_step: 2
+  group_size: 4
+  lr: 0.01
+  credit: per_call
+  train_agents: [writer, rewriter]
+  rollout: {timeout_seconds: 60, max_attempts: 2}
+`, harness)
+	cfgPath := filepath.Join(dir, "agl.yaml")
+	if err := os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(tasks.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"train", cfgPath}, &out, &out); err != nil {
+		t.Fatalf("train: %v\n%s", err, out.String())
+	}
+	t.Logf("train output:\n%s", out.String())
+	if !strings.Contains(out.String(), "step 1/1") || !strings.Contains(out.String(), "gnorm ") || !strings.Contains(out.String(), "kl ") {
+		t.Errorf("progress line lacks the update's metrics")
+	}
+	st, err := openStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	responseTokens := map[string]int{}
+	for k := 0; k < 2; k++ {
+		for j := 0; j < 4; j++ {
+			id := fmt.Sprintf("agl-s1-t%d-r%d", k, j)
+			evs, err := st.ListEvents(ctx, store.EventFilter{RolloutID: id, Types: []string{store.EventModelRequest}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var agents []string
+			for _, e := range evs {
+				var mc api.ModelCall
+				json.Unmarshal(e.Data, &mc)
+				agents = append(agents, mc.Agent)
+				responseTokens[mc.Agent] += len(mc.ResponseIDs)
+			}
+			if strings.Join(agents, ",") != "writer,checker,rewriter" {
+				t.Errorf("%s: agents %v, want writer, checker, rewriter", id, agents)
+			}
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "run", "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var step trainer.StepMetrics
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m trainer.StepMetrics
+		if json.Unmarshal([]byte(line), &m) == nil && m.Mode == "train" {
+			step = m
+		}
+	}
+	by := step.TrainedByAgent
+	if step.Step != 1 || by["checker"] != 0 || len(by) > 2 || by["writer"]+by["rewriter"] != step.TrainedTokens {
+		t.Fatalf("step metrics %+v: trained tokens by agent %v", step, by)
+	}
+	// Groups with equal outcomes and per-call rewards are dropped (zero
+	// variance); what trains is all of the selected agents' response tokens.
+	if step.TrainedTokens > responseTokens["writer"]+responseTokens["rewriter"] {
+		t.Errorf("trained %d tokens, more than the writer's and rewriter's %d", step.TrainedTokens, responseTokens["writer"]+responseTokens["rewriter"])
+	}
+	if step.TrainedTokens > 0 && step.GradNorm == 0 {
+		t.Errorf("an update with %d trained tokens reports gradient norm 0", step.TrainedTokens)
 	}
 }
