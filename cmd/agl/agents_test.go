@@ -158,6 +158,9 @@ trainer:
 	if step.TrainedTokens > responseTokens["writer"]+responseTokens["rewriter"] {
 		t.Errorf("trained %d tokens, more than the writer's and rewriter's %d", step.TrainedTokens, responseTokens["writer"]+responseTokens["rewriter"])
 	}
+	if step.TrainedTokens == 0 {
+		t.Errorf("nothing trained: %+v", step)
+	}
 	if step.TrainedTokens > 0 && step.GradNorm == 0 {
 		t.Errorf("an update with %d trained tokens reports gradient norm 0", step.TrainedTokens)
 	}
