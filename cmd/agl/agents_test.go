@@ -113,6 +113,27 @@ trainer:
 	if !strings.Contains(out.String(), "step 1/1") || !strings.Contains(out.String(), "gnorm ") || !strings.Contains(out.String(), "kl ") {
 		t.Errorf("progress line lacks the update's metrics")
 	}
+	// agl export: the writer's samples only, per-call credit, each row
+	// naming its agent and its calls' response spans.
+	var exp, rep bytes.Buffer
+	if err := run(ctx, []string{"export", "--data-dir", filepath.Join(dir, "run"), "--credit", "per_call", "--train-agent", "writer"}, &exp, &rep); err != nil {
+		t.Fatalf("export: %v\n%s", err, rep.String())
+	}
+	rows := strings.Split(strings.TrimSpace(exp.String()), "\n")
+	for _, line := range rows {
+		var r struct {
+			Agent      string   `json:"agent"`
+			CallIDs    []string `json:"call_ids"`
+			CallStarts []int32  `json:"call_starts"`
+			CallEnds   []int32  `json:"call_ends"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.Agent != "writer" || len(r.CallStarts) != len(r.CallIDs) || len(r.CallEnds) != len(r.CallIDs) {
+			t.Fatalf("export row %.200s: %v", line, err)
+		}
+	}
+	if bad := []string{"--credit", "perCall"}; run(ctx, append([]string{"export", "--data-dir", filepath.Join(dir, "run")}, bad...), &exp, &rep) == nil {
+		t.Errorf("export accepted --credit perCall")
+	}
 	st, err := openStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")})
 	if err != nil {
 		t.Fatal(err)
