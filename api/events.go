@@ -36,6 +36,11 @@ type ModelCall struct {
 	// that produced every response token of this call.
 	Model        string `json:"model"`
 	ModelVersion int64  `json:"model_version"`
+	// Agent names the agent of a multi-agent harness that made the call
+	// (path segment /r/{rollout}/{attempt}/agents/{agent}/, header
+	// X-Agl-Agent, or the proxy's model-name mapping); empty for the
+	// default agent. See ValidAgentName.
+	Agent string `json:"agent,omitempty"`
 	// PromptIDs are the exact ids given to the engine; ResponseIDs the exact
 	// ids it generated; ResponseLogprobs[i] is log p(ResponseIDs[i]) under
 	// the policy (temperature-1 log-softmax), as the trainer computes it.
@@ -69,6 +74,31 @@ type ModelCall struct {
 	// "thinking", "tools[8] (web_search)", "max_tokens (128000 clamped to
 	// 12000)", "header anthropic-beta: …"): accepted, not honoured.
 	Ignored []string `json:"ignored,omitempty"`
+}
+
+// MaxAgentNameLen bounds an agent name.
+const MaxAgentNameLen = 64
+
+// ValidAgentName reports why name cannot name an agent: agent names are 1
+// to MaxAgentNameLen bytes of A-Z a-z 0-9 '-' '_' '.', not starting with
+// '.' (they appear in URL paths, headers, config keys and file names).
+func ValidAgentName(name string) error {
+	if name == "" {
+		return fmt.Errorf("agent name is empty")
+	}
+	if len(name) > MaxAgentNameLen {
+		return fmt.Errorf("agent name of %d bytes exceeds %d", len(name), MaxAgentNameLen)
+	}
+	if name[0] == '.' {
+		return fmt.Errorf("agent name %q starts with '.'", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("agent name %q: byte %d (%q) is not one of A-Z a-z 0-9 - _ .", name, i, c)
+		}
+	}
+	return nil
 }
 
 // Usage counts tokens of one call.

@@ -35,20 +35,22 @@ type ToolCall struct {
 
 // Call is one model call as the harness saw it.
 type Call struct {
-	Seq              int64     `json:"seq"`
-	Time             time.Time `json:"time"`
-	CallID           string    `json:"call_id"`
-	API              string    `json:"api"`
-	Model            string    `json:"model"`
-	ModelVersion     int64     `json:"model_version"`
-	Stream           bool      `json:"stream,omitempty"`
-	LatencyMS        float64   `json:"latency_ms"`
-	PromptTokens     int       `json:"prompt_tokens"`
-	CompletionTokens int       `json:"completion_tokens"`
-	FinishReason     string    `json:"finish_reason,omitempty"`
-	Continued        bool      `json:"continued"`
-	RenderReason     string    `json:"render_reason,omitempty"`
-	NoTokenIDs       bool      `json:"no_token_ids,omitempty"`
+	Seq          int64     `json:"seq"`
+	Time         time.Time `json:"time"`
+	CallID       string    `json:"call_id"`
+	API          string    `json:"api"`
+	Model        string    `json:"model"`
+	ModelVersion int64     `json:"model_version"`
+	// Agent is the agent that made the call ("" the default agent).
+	Agent            string  `json:"agent,omitempty"`
+	Stream           bool    `json:"stream,omitempty"`
+	LatencyMS        float64 `json:"latency_ms"`
+	PromptTokens     int     `json:"prompt_tokens"`
+	CompletionTokens int     `json:"completion_tokens"`
+	FinishReason     string  `json:"finish_reason,omitempty"`
+	Continued        bool    `json:"continued"`
+	RenderReason     string  `json:"render_reason,omitempty"`
+	NoTokenIDs       bool    `json:"no_token_ids,omitempty"`
 	// Tools names the tools the request declared.
 	Tools []string `json:"tools,omitempty"`
 	// Context counts the messages of the request already shown with
@@ -71,6 +73,7 @@ type callEvent struct {
 	API          string          `json:"api"`
 	Model        string          `json:"model"`
 	ModelVersion int64           `json:"model_version"`
+	Agent        string          `json:"agent"`
 	NoTokenIDs   bool            `json:"no_token_ids"`
 	FinishReason string          `json:"finish_reason"`
 	Continued    bool            `json:"continued"`
@@ -84,10 +87,11 @@ type callEvent struct {
 
 // Conversation turns an attempt's model_request events (in sequence order)
 // into the conversation the harness had: each call with the messages it
-// added and the model's reply.
+// added and the model's reply. Each agent's calls continue that agent's
+// own conversation.
 func Conversation(events []store.Event) []Call {
 	out := make([]Call, 0, len(events))
-	var prev []Message // the previous call's request + reply
+	prevOf := map[string][]Message{} // per agent: the previous call's request + reply
 	names := map[string]string{}
 	for _, e := range events {
 		var mc callEvent
@@ -97,7 +101,8 @@ func Conversation(events []store.Event) []Call {
 			out = append(out, c)
 			continue
 		}
-		c.CallID, c.API, c.Model, c.ModelVersion = mc.CallID, mc.API, mc.Model, mc.ModelVersion
+		c.CallID, c.API, c.Model, c.ModelVersion, c.Agent = mc.CallID, mc.API, mc.Model, mc.ModelVersion, mc.Agent
+		prev := prevOf[mc.Agent]
 		c.Stream, c.LatencyMS, c.FinishReason = mc.Stream, mc.LatencyMS, mc.FinishReason
 		c.PromptTokens, c.CompletionTokens = mc.Usage.PromptTokens, mc.Usage.CompletionTokens
 		c.Continued, c.RenderReason, c.NoTokenIDs = mc.Continued, mc.RenderReason, mc.NoTokenIDs
@@ -134,7 +139,7 @@ func Conversation(events []store.Event) []Call {
 			c.New = []Message{}
 		}
 		c.Reply = reply
-		prev = append(msgs[:len(msgs):len(msgs)], derefs(reply)...)
+		prevOf[mc.Agent] = append(msgs[:len(msgs):len(msgs)], derefs(reply)...)
 		out = append(out, c)
 	}
 	return out

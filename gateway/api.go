@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -305,12 +307,55 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	f.Limit = int(limit)
-	evs, err := s.opt.Store.ListEvents(r.Context(), f)
+	var evs []store.Event
+	if agent, ok := q["agent"]; ok {
+		if err := api.ValidAgentName(agent[0]); err != nil {
+			return api.Errorf(http.StatusBadRequest, "invalid_request", "agent: %v", err)
+		}
+		evs, err = s.agentEvents(r.Context(), f, agent[0])
+	} else {
+		evs, err = s.opt.Store.ListEvents(r.Context(), f)
+	}
 	if err != nil {
 		return err
 	}
 	api.WriteJSON(w, http.StatusOK, api.EventsResponse{Events: evs})
 	return nil
+}
+
+// agentEvents lists the model_request events of f recorded for agent
+// (api.ModelCall.Agent), at most f.Limit of them: the store is paged
+// through, the filter applied here.
+func (s *Server) agentEvents(ctx context.Context, f store.EventFilter, agent string) ([]store.Event, error) {
+	if len(f.Types) > 0 && !slices.Contains(f.Types, store.EventModelRequest) {
+		return []store.Event{}, nil
+	}
+	f.Types = []string{store.EventModelRequest}
+	want := f.Limit
+	const page = 500
+	out := []store.Event{}
+	for {
+		f.Limit = page
+		evs, err := s.opt.Store.ListEvents(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			var c struct {
+				Agent string `json:"agent"`
+			}
+			if json.Unmarshal(e.Data, &c) == nil && c.Agent == agent {
+				out = append(out, e)
+				if want > 0 && len(out) == want {
+					return out, nil
+				}
+			}
+		}
+		if len(evs) < page {
+			return out, nil
+		}
+		f.AfterSeq = evs[len(evs)-1].Seq
+	}
 }
 
 func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {

@@ -20,13 +20,25 @@ type Backend interface {
 	ModelName() string
 }
 
-// Target names the attempt a call belongs to (token state and sticky
-// upstream routing are keyed by it).
+// Target names the attempt a call belongs to and the agent that made it
+// (token state is keyed by attempt and agent: two agents of one rollout
+// have separate conversations; sticky upstream routing by rollout).
 type Target struct {
 	RolloutID, AttemptID string
+	// Agent is "" for the default agent.
+	Agent string
 }
 
-func (t Target) key() string { return t.RolloutID + "/" + t.AttemptID }
+func (t Target) key() string {
+	if t.Agent == "" {
+		return t.RolloutID + "/" + t.AttemptID
+	}
+	// '/' cannot occur in an agent name: no collision with another key.
+	return t.RolloutID + "/" + t.AttemptID + "/" + t.Agent
+}
+
+// attempt returns t without its agent (what authorization is keyed by).
+func (t Target) attempt() Target { return Target{RolloutID: t.RolloutID, AttemptID: t.AttemptID} }
 
 // ChatRequest is one conversation turn to generate.
 type ChatRequest struct {

@@ -24,6 +24,10 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 	b = fastjson.AppendString(b, mc.Model)
 	b = append(b, `,"model_version":`...)
 	b = strconv.AppendInt(b, mc.ModelVersion, 10)
+	if mc.Agent != "" {
+		b = append(b, `,"agent":`...)
+		b = fastjson.AppendString(b, mc.Agent)
+	}
 	if len(mc.PromptIDs) > 0 {
 		b = append(b, `,"prompt_ids":`...)
 		b = fastjson.AppendInt32s(b, mc.PromptIDs)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/aglrl/agl/api"
@@ -14,7 +15,7 @@ import (
 // JSON value as json.Marshal for full, empty and awkward events.
 func TestAppendModelCall(t *testing.T) {
 	full := api.ModelCall{
-		CallID: "chatcmpl-1", API: api.ShapeMessages, Model: `we"ird<&>` + "\n", ModelVersion: 42,
+		CallID: "chatcmpl-1", API: api.ShapeMessages, Model: `we"ird<&>` + "\n", ModelVersion: 42, Agent: "writer",
 		PromptIDs: []int32{1, 2, 151643}, ResponseIDs: []int32{-1, 0, 7}, ResponseLogprobs: []float32{-0.5, -1e-9, -123.456, 0},
 		NoTokenIDs: true, FinishReason: "length", Continued: true, RenderReason: "history_rewritten",
 		Request: json.RawMessage(`{"a":[1,2]}`), Response: json.RawMessage(` {"b":"ü"} `),
@@ -42,6 +43,9 @@ func TestAppendModelCall(t *testing.T) {
 		}
 		if !reflect.DeepEqual(g, w) {
 			t.Errorf("got  %s\nwant %s", got, want)
+		}
+		if mc.Agent == "" && strings.Contains(string(got), `"agent"`) {
+			t.Errorf("a call of the default agent names one: %s", got)
 		}
 	}
 	// Infinite log-probs still give valid JSON.

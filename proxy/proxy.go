@@ -27,6 +27,14 @@
 //	GET  /r/{rollout}/{attempt}/v1/models
 //	POST /r/{rollout}/{attempt}/events            (harness rewards / custom events)
 //
+// Every model route also answers under /r/{rollout}/{attempt}/agents/{agent}/
+// (e.g. …/agents/writer/v1/chat/completions): the call is recorded for that
+// agent of a multi-agent harness. A call names its agent, first match wins,
+// by that path segment, by the X-Agl-Agent header, or by Config.Agents
+// (requested model name → agent); else it is the default agent "". Agent
+// names follow api.ValidAgentName (400 otherwise). Token state is kept per
+// attempt and agent.
+//
 // ServeTrusted serves the same routes for callers the gateway authenticated
 // itself.
 package proxy
@@ -39,6 +47,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -96,6 +105,25 @@ type Config struct {
 	// api.DefaultMaxAbsReward); set from the gateway section's
 	// max_abs_reward, so that both event routes check the same bound.
 	MaxAbsReward float64 `json:"-" yaml:"-"`
+	// Agents maps a requested model name (before mode overrides) to the
+	// agent a call is recorded for, when neither the path nor the
+	// X-Agl-Agent header names one.
+	Agents map[string]string `json:"agents,omitempty" yaml:"agents,omitempty"`
+}
+
+// AgentHeader names a call's agent (after the path segment, before
+// Config.Agents).
+const AgentHeader = "X-Agl-Agent"
+
+// Validate reports a configuration the proxy cannot serve: an agent name
+// in Agents that api.ValidAgentName refuses.
+func (c Config) Validate() error {
+	for model, agent := range c.Agents {
+		if err := api.ValidAgentName(agent); err != nil {
+			return fmt.Errorf("proxy.agents[%q]: %w", model, err)
+		}
+	}
+	return nil
 }
 
 func (c Config) withDefaults() Config {
@@ -274,6 +302,9 @@ type call struct {
 	ignored []string
 	// header is the request's header (for shape-specific headers).
 	header http.Header
+	// model is the requested model name before mode overrides (for
+	// Config.Agents).
+	model string
 
 	res *Result
 }
@@ -321,6 +352,21 @@ func (p *Proxy) ServeTrusted(w http.ResponseWriter, r *http.Request, rolloutID, 
 }
 
 func (p *Proxy) dispatch(w http.ResponseWriter, r *http.Request, t Target, sub string, style errorStyle) {
+	if rest, ok := strings.CutPrefix(sub, "agents/"); ok {
+		agent, route, _ := strings.Cut(rest, "/")
+		if strings.HasPrefix(route, "v1/messages") {
+			style = styleAnthropic
+		}
+		if route == "events" || !strings.HasPrefix(route, "v1/") {
+			writeError(w, style, &apiError{Status: http.StatusNotFound, Message: "unknown route " + r.URL.Path + ": only model routes (v1/…) take an agent", Code: "unknown_url"})
+			return
+		}
+		if err := api.ValidAgentName(agent); err != nil {
+			writeError(w, style, badRequest("agent", "path segment agents/{agent}: %v", err))
+			return
+		}
+		t.Agent, sub = agent, route
+	}
 	switch sub {
 	case "v1/chat/completions":
 		p.serveCall(w, r, t, shapeChat)
@@ -366,7 +412,7 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 	sum := sha256.Sum256([]byte(key))
 	if p.cfg.AuthCacheTTL > 0 {
 		p.authMu.RLock()
-		a, ok := p.auth[t]
+		a, ok := p.auth[t.attempt()]
 		p.authMu.RUnlock()
 		if ok && !a.revoked && subtle.ConstantTimeCompare(a.sum[:], sum[:]) == 1 && time.Now().Before(a.until) {
 			return a.mode, nil
@@ -391,8 +437,8 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 		if len(p.auth) >= 1<<16 {
 			clear(p.auth)
 		}
-		if !p.auth[t].revoked {
-			p.auth[t] = authEntry{sum: sum, mode: mode, until: time.Now().Add(p.cfg.AuthCacheTTL)}
+		if !p.auth[t.attempt()].revoked {
+			p.auth[t.attempt()] = authEntry{sum: sum, mode: mode, until: time.Now().Add(p.cfg.AuthCacheTTL)}
 		}
 		p.authMu.Unlock()
 	}
@@ -506,6 +552,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiEr
 
 // applySampling fills defaults and mode overrides into s and the model.
 func (p *Proxy) applyOverrides(c *call, model *string, s *engine.Sampling, temperatureSet bool) {
+	c.model = *model
 	o := p.overrides(c.mode)
 	if !temperatureSet {
 		s.Temperature = 1
@@ -554,6 +601,17 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		writeError(w, sh.style, aerr)
 		return
 	}
+	if t.Agent == "" {
+		if t.Agent = r.Header.Get(AgentHeader); t.Agent != "" {
+			if err := api.ValidAgentName(t.Agent); err != nil {
+				writeError(w, sh.style, badRequest("", "header %s: %v", AgentHeader, err))
+				return
+			}
+		} else {
+			t.Agent = p.cfg.Agents[c.model]
+		}
+	}
+	c.target = t
 	c.created = c.start.Unix()
 	c.id = p.newID(sh.idPrefix)
 
@@ -697,7 +755,7 @@ func (c *call) eventData(resp []byte) []byte {
 		samp = c.complete.Sampling
 	}
 	mc := api.ModelCall{
-		CallID: c.id, API: c.shape.name, Model: res.Model, ModelVersion: res.ModelVersion,
+		CallID: c.id, API: c.shape.name, Model: res.Model, ModelVersion: res.ModelVersion, Agent: c.target.Agent,
 		PromptIDs: res.PromptIDs, ResponseIDs: res.ResponseIDs, ResponseLogprobs: res.Logprobs,
 		NoTokenIDs: res.NoTokenIDs, FinishReason: res.FinishReason,
 		Continued: res.Continued, RenderReason: res.RenderReason,

@@ -102,7 +102,8 @@ func (b *TokenBackend) SetMaxStateIDs(n int) {
 // ModelName implements Backend.
 func (b *TokenBackend) ModelName() string { return b.engine.ModelName() }
 
-// Forget drops the token state of an attempt (e.g. when it ends).
+// Forget drops the token state of one agent of an attempt (t.Agent; ""
+// for the default agent), e.g. when it ends.
 func (b *TokenBackend) Forget(t Target) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -1,6 +1,7 @@
 // Package samples turns terminal rollouts into training samples: it merges a
 // rollout's model calls into as few token sequences as the exact token ids
-// allow, resolves rewards, computes rollout-level advantages within groups,
+// allow, resolves rewards, assigns credit to calls (see [Credit]), computes
+// advantages within groups,
 // assigns per-token loss-aggregation weights, packs samples into batches, and
 // holds the plain-Go reference of the policy loss that every trainer backend
 // must reproduce. It has no model dependency.
@@ -8,7 +9,8 @@
 // # Calls to samples
 //
 // The "model_request" events of a rollout's final attempt are read in
-// sequence order. Call k+1 is merged into the current sample when its prompt
+// sequence order. Each agent's calls (api.ModelCall.Agent) are merged on
+// their own: call k+1 is merged into its agent's current sample when its prompt
 // ids start with exactly the current sample's ids (and the other conditions
 // of [BuildConfig] hold): the prompt tokens after that prefix are appended
 // with loss mask 0, the response tokens with loss mask 1 and their rollout
@@ -127,8 +129,20 @@ type Sample struct {
 	// Weights[i] is the loss-aggregation weight of token i (0 where
 	// masked), set by ApplyWeights: loss = Σ_i Weights[i]·ℓ_i.
 	Weights []float32 `json:"weights,omitempty"`
-	// Advantage is the rollout's advantage, broadcast to every trained token.
-	Advantage float64 `json:"advantage"`
+	// Agent is the agent whose calls the sample holds ("" for the default
+	// agent): a sample never mixes agents.
+	Agent string `json:"agent,omitempty"`
+	// CallSpans[k] is [start, end) of the response tokens of CallIDs[k] in
+	// IDs; CallSeqs[k] its position among the attempt's model calls. Not
+	// exported (Row): credit assignment uses them.
+	CallSpans [][2]int `json:"-"`
+	CallSeqs  []int    `json:"-"`
+	// Advantage is the rollout's advantage, broadcast to every trained
+	// token — unless credit assignment gave the sample's calls different
+	// advantages: then CallAdvantages[k] is the advantage of CallIDs[k]'s
+	// response tokens and Advantage the first trained call's.
+	Advantage      float64   `json:"advantage"`
+	CallAdvantages []float64 `json:"-"`
 	// Reward is the rollout's primary reward (the fill value when missing).
 	Reward        float64 `json:"reward"`
 	RewardMissing bool    `json:"reward_missing,omitempty"`
@@ -149,16 +163,27 @@ func (s *Sample) Trained() int {
 	return n
 }
 
-// TokenAdvantages returns the per-token advantages: Advantage where the loss
-// mask is 1, 0 elsewhere, as float32 — saturated at ±math.MaxFloat32, so
-// that a finite advantage beyond float32's range (unnormalised estimators
-// on huge rewards) stays finite.
+// TokenAdvantages returns the per-token advantages: Advantage (or the
+// token's call's CallAdvantages entry) where the loss mask is 1, 0
+// elsewhere, as float32 — saturated at ±math.MaxFloat32, so that a finite
+// advantage beyond float32's range (unnormalised estimators on huge
+// rewards) stays finite.
 func (s *Sample) TokenAdvantages() []float32 {
 	out := make([]float32, len(s.IDs))
-	a := float32(max(-math.MaxFloat32, min(math.MaxFloat32, s.Advantage)))
+	sat := func(v float64) float32 { return float32(max(-math.MaxFloat32, min(math.MaxFloat32, v))) }
+	a := sat(s.Advantage)
 	for i, m := range s.LossMask {
 		if m != 0 {
 			out[i] = a
+		}
+	}
+	if len(s.CallAdvantages) == len(s.CallSpans) {
+		for k, sp := range s.CallSpans {
+			for i := sp[0]; i < sp[1] && i < len(out); i++ {
+				if s.LossMask[i] != 0 {
+					out[i] = sat(s.CallAdvantages[k])
+				}
+			}
 		}
 	}
 	return out
@@ -170,7 +195,10 @@ type Excluded struct {
 	AttemptID string `json:"attempt_id"`
 	CallID    string `json:"call_id"`
 	// Reason: "no_token_ids", "logprobs_mismatch", "prompt_too_long",
-	// "response_too_long", "no_trained_tokens", "empty_prompt", "bad_event".
+	// "response_too_long", "no_trained_tokens", "empty_prompt", "bad_event";
+	// from FromRollouts also "duplicate_prompt" (a later call of the agent
+	// had the same prompt ids), "frozen_agent" (not in TrainAgents) and
+	// "not_last_call" (CreditLastCall: its tokens stay in the sample, masked).
 	Reason string `json:"reason"`
 	Detail string `json:"detail,omitempty"`
 }
@@ -239,19 +267,30 @@ func Build(cfg BuildConfig, rolloutID, groupID, attemptID string, calls []api.Mo
 	if rule == "" {
 		rule = LengthTruncate
 	}
+	// Each agent's calls form their own conversation: a call merges only
+	// into the open sample of its own agent.
+	type agentState struct {
+		cur           int  // index in out of the sample a call may merge into; -1 when closed
+		lastExcl      bool // the agent's previous call was excluded
+		closedByTrunc bool
+		any           bool // the agent has a sample
+	}
 	var (
-		out      []Sample
-		excl     []Excluded
-		cur      *Sample // the sample a call may merge into; nil when closed
-		lastExcl bool    // the previous call was excluded
+		out    []Sample
+		excl   []Excluded
+		agents = map[string]*agentState{}
 	)
+	var as *agentState
 	exclude := func(c *api.ModelCall, reason, detail string) {
 		excl = append(excl, Excluded{RolloutID: rolloutID, AttemptID: attemptID, CallID: c.CallID, Reason: reason, Detail: detail})
-		lastExcl = true
+		as.lastExcl = true
 	}
-	closedByTrunc := false
 	for i := range calls {
 		c := &calls[i]
+		if as = agents[c.Agent]; as == nil {
+			as = &agentState{cur: -1}
+			agents[c.Agent] = as
+		}
 		switch {
 		case c.NoTokenIDs || len(c.ResponseIDs) == 0 && len(c.PromptIDs) == 0:
 			exclude(c, "no_token_ids", "upstream returned no token ids; usable for SFT only")
@@ -285,22 +324,24 @@ func Build(cfg BuildConfig, rolloutID, groupID, attemptID string, calls []api.Mo
 		// Decide between merging and starting anew.
 		split := Split{Reason: SplitFirst, At: -1}
 		merge := false
-		if cur != nil {
-			split = classify(cfg, cur, c, lastExcl)
+		var cur *Sample
+		if as.cur >= 0 {
+			cur = &out[as.cur]
+			split = classify(cfg, cur, c, as.lastExcl)
 			merge = split.Reason == ""
-		} else if len(out) > 0 {
-			if closedByTrunc {
+		} else if as.any {
+			if as.closedByTrunc {
 				split = Split{Reason: SplitTruncated, At: -1, Detail: "previous sample's response was truncated"}
-			} else if lastExcl {
+			} else if as.lastExcl {
 				split = Split{Reason: SplitAfterExcluded, At: -1}
 			}
 		}
-		if cfg.NoMerge && len(out) > 0 {
+		if cfg.NoMerge && as.any {
 			split = Split{Reason: SplitMergeOff, At: -1}
 			merge = false
 		}
-		lastExcl = false
-		closedByTrunc = false
+		as.lastExcl = false
+		as.closedByTrunc = false
 
 		if merge {
 			// Merge: keep is len(ResponseIDs) here unless MaxResponseLen cut it.
@@ -311,14 +352,15 @@ func Build(cfg BuildConfig, rolloutID, groupID, attemptID string, calls []api.Mo
 			cur.Logprobs = append(cur.Logprobs, make([]float32, len(gap))...)
 			appendResponse(cur, c, keep)
 			cur.CallIDs = append(cur.CallIDs, c.CallID)
+			cur.CallSeqs = append(cur.CallSeqs, i)
 			if !slices.Contains(cur.ModelVersions, c.ModelVersion) {
 				cur.ModelVersions = append(cur.ModelVersions, c.ModelVersion)
 			}
 		} else {
 			s := Sample{
-				RolloutID: rolloutID, GroupID: groupID, AttemptID: attemptID,
+				RolloutID: rolloutID, GroupID: groupID, AttemptID: attemptID, Agent: c.Agent,
 				Index: len(out), CallIDs: []string{c.CallID}, ModelVersions: []int64{c.ModelVersion},
-				Split: split,
+				Split: split, CallSeqs: []int{i},
 			}
 			n := len(c.PromptIDs) + keep
 			s.IDs = make([]int32, 0, n)
@@ -327,13 +369,14 @@ func Build(cfg BuildConfig, rolloutID, groupID, attemptID string, calls []api.Mo
 			s.Logprobs = make([]float32, len(c.PromptIDs), n)
 			appendResponse(&s, c, keep)
 			out = append(out, s)
-			cur = &out[len(out)-1]
+			as.cur, as.any = len(out)-1, true
+			cur = &out[as.cur]
 		}
 		if keep < len(c.ResponseIDs) {
 			cur.Truncated = true
 			cur.TruncatedTokens += len(c.ResponseIDs) - keep
-			cur = nil
-			closedByTrunc = true
+			as.cur = -1
+			as.closedByTrunc = true
 		}
 	}
 	// A sample with no trained token (calls with empty responses that
@@ -354,6 +397,7 @@ func Build(cfg BuildConfig, rolloutID, groupID, attemptID string, calls []api.Mo
 }
 
 func appendResponse(s *Sample, c *api.ModelCall, keep int) {
+	s.CallSpans = append(s.CallSpans, [2]int{len(s.IDs), len(s.IDs) + keep})
 	s.IDs = append(s.IDs, c.ResponseIDs[:keep]...)
 	for range keep {
 		s.LossMask = append(s.LossMask, 1)

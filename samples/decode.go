@@ -26,6 +26,7 @@ func decodeCall(data []byte) (api.ModelCall, error) {
 		CallID: full.CallID, API: full.API, Model: full.Model, ModelVersion: full.ModelVersion,
 		PromptIDs: full.PromptIDs, ResponseIDs: full.ResponseIDs, ResponseLogprobs: full.ResponseLogprobs,
 		NoTokenIDs: full.NoTokenIDs, FinishReason: full.FinishReason, Continued: full.Continued, RenderReason: full.RenderReason,
+		Agent: full.Agent,
 	}, nil
 }
 
@@ -64,12 +65,14 @@ func fastCall(data []byte, c *api.ModelCall) bool {
 			return boolOrNull(s, &c.Continued)
 		case 9:
 			return s.StringOrNull(&c.RenderReason)
-		default:
+		case 10:
 			return s.StringOrNull(&c.FinishReason)
+		default:
+			return s.StringOrNull(&c.Agent)
 		}
 		return ok
 	}, "call_id", "api", "model", "model_version", "prompt_ids", "response_ids",
-		"response_logprobs", "no_token_ids", "continued", "render_reason", "finish_reason")
+		"response_logprobs", "no_token_ids", "continued", "render_reason", "finish_reason", "agent")
 	return ok && s.End()
 }
 

@@ -17,7 +17,7 @@ func slowCall(b []byte) (api.ModelCall, error) {
 	}
 	return api.ModelCall{CallID: c.CallID, API: c.API, Model: c.Model, ModelVersion: c.ModelVersion,
 		PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, ResponseLogprobs: c.ResponseLogprobs,
-		NoTokenIDs: c.NoTokenIDs, FinishReason: c.FinishReason, Continued: c.Continued, RenderReason: c.RenderReason}, nil
+		NoTokenIDs: c.NoTokenIDs, FinishReason: c.FinishReason, Continued: c.Continued, RenderReason: c.RenderReason, Agent: c.Agent}, nil
 }
 
 func TestDecodeCallMatchesEncodingJSON(t *testing.T) {
@@ -29,12 +29,16 @@ func TestDecodeCallMatchesEncodingJSON(t *testing.T) {
 		`{"request":{"messages":[{"role":"user","content":"a \"}{][ b\\"}],"n":null,"t":true},"call_id":"c"}`,
 		`{"call_id":"a"`, `{"call_id":"a"}x`, `[1]`, `{"call_id":"a","call_id":"b"}`, `{"response_logprobs":[-3.4028235e39]}`,
 		`{"model_version":-3,"usage":{"prompt_tokens":1},"latency_ms":1.5e2}`,
+		`{"call_id":"a","agent":"writer","prompt_ids":[1]}`, `{"agent":null}`, `{"agent":"a","agent":"b"}`, `{"AGENT":"x"}`,
 	}
 	for i := 0; i < 200; i++ {
 		c := synthCalls(rng, synthOpts{turns: 1, sysLen: 5, userLen: 5, respLen: 5, toolLen: 1, version: rng.Int64N(100)})[0]
 		c.Request = json.RawMessage(`{"model":"m","messages":[{"role":"user","content":"hi \"there\" \\ {[\u00e9"}],"tools":[]}`)
 		c.Response = json.RawMessage(`{"choices":[{"message":{"content":null,"tool_calls":[{"id":"x"}]}}],"usage":{"total":3}}`)
 		c.Sampling = json.RawMessage(`{"temperature":0.7,"top_p":1}`)
+		if i%2 == 1 {
+			c.Agent = "agent-" + string(rune('a'+i%26))
+		}
 		b, _ := json.Marshal(c)
 		cases = append(cases, string(b))
 	}

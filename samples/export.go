@@ -15,12 +15,19 @@ import (
 // int32 0/1 (portable to every reader); per-token advantages are written out
 // so other trainers need not broadcast.
 type Row struct {
-	RolloutID       string    `json:"rollout_id" parquet:"rollout_id"`
-	GroupID         string    `json:"group_id" parquet:"group_id"`
-	AttemptID       string    `json:"attempt_id" parquet:"attempt_id"`
-	Index           int32     `json:"index" parquet:"index"`
-	CallIDs         []string  `json:"call_ids" parquet:"call_ids,list"`
-	ModelVersions   []int64   `json:"model_versions" parquet:"model_versions,list"`
+	RolloutID     string   `json:"rollout_id" parquet:"rollout_id"`
+	GroupID       string   `json:"group_id" parquet:"group_id"`
+	AttemptID     string   `json:"attempt_id" parquet:"attempt_id"`
+	Agent         string   `json:"agent,omitempty" parquet:"agent"`
+	Index         int32    `json:"index" parquet:"index"`
+	CallIDs       []string `json:"call_ids" parquet:"call_ids,list"`
+	ModelVersions []int64  `json:"model_versions" parquet:"model_versions,list"`
+	// CallStarts[k], CallEnds[k]: the response tokens of CallIDs[k] are
+	// IDs[CallStarts[k]:CallEnds[k]]; CallSeqs[k] is the call's position
+	// among its attempt's model calls.
+	CallStarts      []int32   `json:"call_starts,omitempty" parquet:"call_starts,list"`
+	CallEnds        []int32   `json:"call_ends,omitempty" parquet:"call_ends,list"`
+	CallSeqs        []int32   `json:"call_seqs,omitempty" parquet:"call_seqs,list"`
 	IDs             []int32   `json:"ids" parquet:"ids,list"`
 	LossMask        []int32   `json:"loss_mask" parquet:"loss_mask,list"`
 	Logprobs        []float32 `json:"logprobs" parquet:"logprobs,list"`
@@ -40,7 +47,7 @@ type Row struct {
 // ToRow flattens s.
 func (s *Sample) ToRow() Row {
 	r := Row{
-		RolloutID: s.RolloutID, GroupID: s.GroupID, AttemptID: s.AttemptID, Index: int32(s.Index),
+		RolloutID: s.RolloutID, GroupID: s.GroupID, AttemptID: s.AttemptID, Agent: s.Agent, Index: int32(s.Index),
 		CallIDs: s.CallIDs, ModelVersions: s.ModelVersions, IDs: s.IDs, Logprobs: s.Logprobs,
 		Advantages: s.TokenAdvantages(), Weights: s.Weights,
 		Advantage: s.Advantage, Reward: s.Reward, RewardMissing: s.RewardMissing,
@@ -51,6 +58,12 @@ func (s *Sample) ToRow() Row {
 	for i, m := range s.LossMask {
 		r.LossMask[i] = int32(m)
 	}
+	for k, sp := range s.CallSpans {
+		r.CallStarts, r.CallEnds = append(r.CallStarts, int32(sp[0])), append(r.CallEnds, int32(sp[1]))
+		if k < len(s.CallSeqs) {
+			r.CallSeqs = append(r.CallSeqs, int32(s.CallSeqs[k]))
+		}
+	}
 	if len(s.CallRewards) > 0 {
 		b, _ := json.Marshal(s.CallRewards) // a map[string]float64 of finite values always marshals
 		r.CallRewards = string(b)
@@ -58,10 +71,12 @@ func (s *Sample) ToRow() Row {
 	return r
 }
 
-// Sample rebuilds a Sample from r (Advantages are recomputed from Advantage).
+// Sample rebuilds a Sample from r. Per-token advantages equal to
+// Advantage wherever the mask is 1 are broadcast again; others (credit
+// assignment per call) are kept, as spans of equal advantages.
 func (r *Row) Sample() (Sample, error) {
 	s := Sample{
-		RolloutID: r.RolloutID, GroupID: r.GroupID, AttemptID: r.AttemptID, Index: int(r.Index),
+		RolloutID: r.RolloutID, GroupID: r.GroupID, AttemptID: r.AttemptID, Agent: r.Agent, Index: int(r.Index),
 		CallIDs: r.CallIDs, ModelVersions: r.ModelVersions, IDs: r.IDs, Logprobs: r.Logprobs,
 		Weights: r.Weights, Advantage: r.Advantage, Reward: r.Reward, RewardMissing: r.RewardMissing,
 		Split:     Split{Reason: SplitReason(r.SplitReason), At: int(r.SplitAt), Detail: r.SplitDetail},
@@ -78,12 +93,65 @@ func (r *Row) Sample() (Sample, error) {
 		}
 		s.LossMask[i] = uint8(m)
 	}
+	if len(r.Advantages) != 0 && len(r.Advantages) != len(r.IDs) {
+		return Sample{}, fmt.Errorf("samples: row %s/%d: %d ids, %d advantages", r.RolloutID, r.Index, len(r.IDs), len(r.Advantages))
+	}
+	if len(r.CallStarts) != len(r.CallEnds) || len(r.CallSeqs) != 0 && len(r.CallSeqs) != len(r.CallStarts) {
+		return Sample{}, fmt.Errorf("samples: row %s/%d: %d call_starts, %d call_ends, %d call_seqs", r.RolloutID, r.Index, len(r.CallStarts), len(r.CallEnds), len(r.CallSeqs))
+	}
+	for k := range r.CallStarts {
+		a, b := int(r.CallStarts[k]), int(r.CallEnds[k])
+		if a < 0 || b < a || b > len(r.IDs) {
+			return Sample{}, fmt.Errorf("samples: row %s/%d: call span [%d, %d) outside %d ids", r.RolloutID, r.Index, a, b, len(r.IDs))
+		}
+		s.CallSpans = append(s.CallSpans, [2]int{a, b})
+		if len(r.CallSeqs) > 0 {
+			s.CallSeqs = append(s.CallSeqs, int(r.CallSeqs[k]))
+		}
+	}
+	for i, a := range r.Advantages {
+		if s.LossMask[i] != 0 && a != float32(s.Advantage) {
+			// Per-call advantages (credit assignment): one per call span
+			// when the row has them, else per run of equal values.
+			if len(s.CallSpans) == 0 {
+				s.CallSpans, s.CallAdvantages = advantageSpans(s.LossMask, r.Advantages)
+				break
+			}
+			s.CallAdvantages = make([]float64, len(s.CallSpans))
+			for k, sp := range s.CallSpans {
+				s.CallAdvantages[k] = s.Advantage
+				for t := sp[0]; t < sp[1]; t++ {
+					if s.LossMask[t] != 0 {
+						s.CallAdvantages[k] = float64(r.Advantages[t])
+						break
+					}
+				}
+			}
+			break
+		}
+	}
 	if r.CallRewards != "" {
 		if err := json.Unmarshal([]byte(r.CallRewards), &s.CallRewards); err != nil {
 			return Sample{}, fmt.Errorf("samples: row %s/%d: call_rewards: %w", r.RolloutID, r.Index, err)
 		}
 	}
 	return s, nil
+}
+
+// advantageSpans splits the trained tokens into runs of equal advantage.
+func advantageSpans(mask []uint8, adv []float32) (spans [][2]int, vals []float64) {
+	for i := 0; i < len(mask); i++ {
+		if mask[i] == 0 {
+			continue
+		}
+		j := i + 1
+		for j < len(mask) && mask[j] != 0 && adv[j] == adv[i] {
+			j++
+		}
+		spans, vals = append(spans, [2]int{i, j}), append(vals, float64(adv[i]))
+		i = j - 1
+	}
+	return spans, vals
 }
 
 // WriteJSONL writes one Row per line.

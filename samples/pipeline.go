@@ -2,6 +2,8 @@ package samples
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/aglrl/agl/store"
 )
@@ -11,8 +13,15 @@ type Config struct {
 	Build     BuildConfig
 	Reward    RewardConfig
 	Advantage AdvantageConfig
+	// Credit shares each rollout's outcome among its calls (see Credit).
+	Credit CreditConfig
 	// Aggregation sets the per-token weights; "" leaves Weights nil.
 	Aggregation Aggregation
+	// TrainAgents, when not empty, lists the agents whose calls train
+	// ("" is the default agent); the other agents' calls are recorded but
+	// not trained: their samples are left out (Excluded "frozen_agent")
+	// and take no part in advantage normalisation.
+	TrainAgents []string
 	// DropMissingReward drops rollouts without a reward instead of training
 	// them with RewardConfig.Fill.
 	DropMissingReward bool
@@ -51,6 +60,12 @@ type Stats struct {
 	Tokens         int                 `json:"tokens"`
 	TrainedTokens  int                 `json:"trained_tokens"`
 	Groups         GroupStats          `json:"groups"`
+	// Duplicates counts calls dropped because a later call of the same
+	// attempt and agent had identical prompt ids (a retry: the last one
+	// is kept, as Agent Lightning does).
+	Duplicates int `json:"duplicate_calls,omitempty"`
+	// TrainedByAgent splits TrainedTokens by agent when any call named one.
+	TrainedByAgent map[string]int `json:"trained_tokens_by_agent,omitempty"`
 	// StalenessMean and StalenessMax describe the samples returned
 	// (Sample.Staleness). StaleGroups, StaleRollouts and StaleSamples count
 	// what exceeded StalenessConfig.Max: dropped, unless Keep.
@@ -94,9 +109,29 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 		att := FinalAttempt(r, evs)
 		calls, bad := Calls(evs, att)
 		res.Stats.Calls += len(calls) + len(bad)
+		calls, dups := Dedup(calls)
+		for _, c := range dups {
+			bad = append(bad, Excluded{RolloutID: r.ID, AttemptID: att, CallID: c, Reason: "duplicate_prompt",
+				Detail: "a later call of the attempt had the same prompt ids"})
+		}
+		res.Stats.Duplicates += len(dups)
 		ss, excl := Build(cfg.Build, r.ID, r.GroupID, att, calls)
 		res.Excluded = append(res.Excluded, bad...)
 		res.Excluded = append(res.Excluded, excl...)
+		if len(cfg.TrainAgents) > 0 {
+			kept := ss[:0]
+			for _, s := range ss {
+				if slices.Contains(cfg.TrainAgents, s.Agent) {
+					kept = append(kept, s)
+					continue
+				}
+				for _, id := range s.CallIDs {
+					res.Excluded = append(res.Excluded, Excluded{RolloutID: r.ID, AttemptID: att, CallID: id, Reason: "frozen_agent",
+						Detail: "agent " + strconv.Quote(s.Agent) + " is not in train_agents"})
+				}
+			}
+			ss = kept
+		}
 		rw := ResolveReward(cfg.Reward, evs, att)
 		res.Stats.BadRewards += rw.Bad
 		if rw.Missing {
@@ -139,27 +174,55 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 		}
 		groupOrder = kept
 	}
-	rewards := make([][]float64, len(groupOrder))
-	for g, key := range groupOrder {
-		for _, i := range groups[key] {
-			rewards[g] = append(rewards[g], per[i].reward.Value)
-		}
-	}
-	adv, keep, gst, err := Advantages(cfg.Advantage, rewards)
+	units, lists := creditUnits(cfg.Credit, groupOrder, groups, func(i int) ([]Sample, RolloutReward) { return per[i].ss, per[i].reward })
+	adv, keep, gst, err := Advantages(cfg.Advantage, lists)
 	if err != nil {
 		return Result{}, err
 	}
 	res.Stats.Groups = gst
-	for g, key := range groupOrder {
-		if !keep[g] {
-			continue
+	type ra struct {
+		roll  int
+		agent string
+	}
+	rollAdv := map[ra]float64{}     // rollout-level modes
+	callAdv := map[[2]int]float64{} // per-call modes: (rollout, call seq)
+	lastCall := map[ra]int{}        // last_call: the seq of the agent's last call
+	kept := map[ra]bool{}
+	for l, us := range units {
+		for k, u := range us {
+			key := ra{u.roll, u.agent}
+			kept[key] = keep[l]
+			if u.call < 0 {
+				rollAdv[key] = adv[l][k]
+				lastCall[key] = u.last
+			} else {
+				callAdv[[2]int{u.roll, u.call}] = adv[l][k]
+			}
 		}
-		for k, i := range groups[key] {
+	}
+	perCall := cfg.Credit.Mode == CreditPerCall || cfg.Credit.Mode == CreditDiscounted
+	for _, key := range groupOrder {
+		for _, i := range groups[key] {
 			b := per[i]
 			for _, s := range b.ss {
-				s.Advantage = adv[g][k]
+				k := ra{i, s.Agent}
+				if !kept[k] {
+					continue
+				}
 				s.Reward = b.reward.Value
 				s.RewardMissing = b.reward.Missing
+				if perCall {
+					s.CallAdvantages = make([]float64, len(s.CallSeqs))
+					for j, seq := range s.CallSeqs {
+						s.CallAdvantages[j] = callAdv[[2]int{i, seq}]
+					}
+					s.Advantage = s.CallAdvantages[0]
+				} else {
+					s.Advantage = rollAdv[k]
+				}
+				if cfg.Credit.Mode == CreditLastCall && !maskAllButLast(&s, lastCall[k], &res.Excluded) {
+					continue
+				}
 				for _, id := range s.CallIDs {
 					if v, ok := b.reward.CallRewards[id]; ok {
 						if s.CallRewards == nil {
@@ -182,6 +245,15 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 		res.Stats.Splits[s.Split.Reason]++
 		res.Stats.Tokens += len(s.IDs)
 		res.Stats.TrainedTokens += s.Trained()
+		if s.Agent != "" || res.Stats.TrainedByAgent != nil {
+			if res.Stats.TrainedByAgent == nil {
+				res.Stats.TrainedByAgent = map[string]int{}
+				for _, p := range res.Samples[:i] {
+					res.Stats.TrainedByAgent[p.Agent] += p.Trained()
+				}
+			}
+			res.Stats.TrainedByAgent[s.Agent] += s.Trained()
+		}
 		if c := cfg.Staleness.Current; c > 0 {
 			st := s.Staleness(c)
 			res.Stats.StalenessMean += float64(st)

@@ -83,12 +83,30 @@ type Config struct {
 	// the importance weight min(π_old/μ, TISCap). 0 (default): the ratio is
 	// taken against the behaviour log-probs μ themselves and clipped.
 	TISCap float64 `yaml:"tis_cap"`
-	// Estimator: grpo (default), drgrpo, rloo, reinforce++-baseline.
+	// Estimator: grpo (default), dr_grpo, rloo, reinforce_pp_baseline
+	// (samples.Estimator).
 	Estimator string `yaml:"estimator"`
-	// Aggregation: rollout-mean (default), token-mean, seq-mean-token-mean, seq-mean-token-sum.
+	// Aggregation: rollout-mean (default, samples.DefaultAggregation),
+	// token-mean, seq-mean-token-mean, seq-mean-token-sum.
 	Aggregation string `yaml:"aggregation"`
+	// Credit shares a rollout's outcome among its calls: broadcast
+	// (default), per_call, discounted (with Gamma), last_call
+	// (samples.Credit has the formulas).
+	Credit string  `yaml:"credit"`
+	Gamma  float64 `yaml:"gamma"`
+	// TrainAgents, when set, lists the agents whose calls train (""
+	// the default agent); the others' calls are recorded, not trained.
+	TrainAgents []string `yaml:"train_agents"`
 	// NoMerge trains one sample per call (for comparison).
 	NoMerge bool `yaml:"no_merge"`
+	// MaxPromptLen, MaxResponseLen and MaxSeqLen bound the calls that
+	// train (0: no limit; samples.BuildConfig): a longer prompt excludes
+	// its call; a longer response is cut (LengthRule truncate, default) or
+	// excludes its call (drop).
+	MaxPromptLen   int    `yaml:"max_prompt_len"`
+	MaxResponseLen int    `yaml:"max_response_len"`
+	MaxSeqLen      int    `yaml:"max_seq_len"`
+	LengthRule     string `yaml:"length_rule"`
 	// MicroBatchTokens bounds one forward/backward pass (default 4096).
 	MicroBatchTokens int `yaml:"micro_batch_tokens"`
 }
@@ -126,7 +144,7 @@ func (c Config) withDefaults() Config {
 		c.Estimator = string(samples.GRPO)
 	}
 	if c.Aggregation == "" {
-		c.Aggregation = string(samples.RolloutMean)
+		c.Aggregation = string(samples.DefaultAggregation)
 	}
 	if c.Mode == "" {
 		c.Mode = ModeSync
@@ -148,7 +166,30 @@ const (
 	StaleKeep = "keep"
 )
 
+// Validate reports a configuration the loop cannot run (unknown
+// estimator, aggregation or credit names, bad limits, …), so that `agl
+// train` refuses it before any rollout runs.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
+// samplesConfig is the rollouts → samples pipeline of a training step.
+func (c Config) samplesConfig() samples.Config {
+	return samples.Config{
+		Build: samples.BuildConfig{NoMerge: c.NoMerge, MaxPromptLen: c.MaxPromptLen, MaxResponseLen: c.MaxResponseLen,
+			MaxSeqLen: c.MaxSeqLen, Rule: samples.LengthRule(c.LengthRule)},
+		Advantage:   samples.AdvantageConfig{Estimator: samples.Estimator(c.Estimator), DropZeroVariance: true},
+		Credit:      samples.CreditConfig{Mode: samples.Credit(c.Credit), Gamma: c.Gamma},
+		Aggregation: samples.Aggregation(c.Aggregation),
+		TrainAgents: c.TrainAgents,
+	}
+}
+
 func (c Config) validate() error {
+	if err := c.samplesConfig().ValidateNames(); err != nil {
+		return fmt.Errorf("trainer: %w", err)
+	}
+	if c.Gamma != 0 && c.Credit != string(samples.CreditDiscounted) {
+		return fmt.Errorf("trainer: gamma %v needs credit: discounted", c.Gamma)
+	}
 	switch {
 	case c.Mode != ModeSync && c.Mode != ModeAsync:
 		return fmt.Errorf("trainer: mode %q: want sync or async", c.Mode)
@@ -233,6 +274,19 @@ type StepMetrics struct {
 	RolloutSecs   float64   `json:"rollout_seconds"`
 	TrainSecs     float64   `json:"train_seconds,omitempty"`
 	TokensPerSec  float64   `json:"tokens_per_second,omitempty"`
+
+	// Entropy, ClipFrac and ApproxKL are the policy step's token means
+	// (over trained tokens, micro-batches weighted by their tokens): the
+	// entropy of the policy, the fraction of tokens whose ratio was
+	// clipped, and the approximate KL to the behaviour policy
+	// mean(log π_old − log π). Loss alone is ~0 at ratio 1.
+	Entropy  float64 `json:"entropy,omitempty"`
+	ClipFrac float64 `json:"clip_fraction,omitempty"`
+	ApproxKL float64 `json:"approx_kl,omitempty"`
+	// TrainedByAgent splits TrainedTokens by agent (multi-agent
+	// harnesses); DuplicateCalls counts calls dropped as retries.
+	TrainedByAgent map[string]int `json:"trained_tokens_by_agent,omitempty"`
+	DuplicateCalls int            `json:"duplicate_calls,omitempty"`
 
 	// Staleness of the trained samples in versions (mean and max), and
 	// the groups and samples staler than max_staleness (dropped unless
@@ -345,8 +399,8 @@ func (l *Loop) progress(m StepMetrics, start time.Time) {
 	eta := time.Duration(float64(el) / max(done, 1e-9) * (1 - done)).Round(time.Second)
 	const width = 20
 	bar := bytes.Repeat([]byte("="), int(done*width))
-	fmt.Fprintf(l.out, "[%-*s] step %d/%d  reward %.3f  success %.0f%%  %.0f tok/s  loss %.4f  v%d  elapsed %s  ETA %s\n",
-		width, bar, l.state.Step, l.cfg.Steps, m.RewardMean, 100*m.SuccessRate, m.TokensPerSec, m.Loss, l.state.Version,
+	fmt.Fprintf(l.out, "[%-*s] step %d/%d  reward %.3f  success %.0f%%  %.0f tok/s  gnorm %.3g  kl %.2g  clip %.3f  ent %.3f  v%d  elapsed %s  ETA %s\n",
+		width, bar, l.state.Step, l.cfg.Steps, m.RewardMean, 100*m.SuccessRate, m.TokensPerSec, m.GradNorm, m.ApproxKL, m.ClipFrac, m.Entropy, l.state.Version,
 		el.Round(time.Second), eta)
 }
 
@@ -402,18 +456,15 @@ func (l *Loop) step(ctx context.Context) (StepMetrics, error) {
 		}
 		events[r.ID] = evs
 	}
-	scfg := samples.Config{
-		Build:       samples.BuildConfig{NoMerge: l.cfg.NoMerge},
-		Advantage:   samples.AdvantageConfig{Estimator: samples.Estimator(l.cfg.Estimator), DropZeroVariance: true},
-		Aggregation: samples.Aggregation(l.cfg.Aggregation),
-		Staleness: samples.StalenessConfig{Current: l.state.Version, Max: int64(l.cfg.MaxStaleness),
-			Keep: l.cfg.OnStale == StaleKeep},
-	}
+	scfg := l.cfg.samplesConfig()
+	scfg.Staleness = samples.StalenessConfig{Current: l.state.Version, Max: int64(l.cfg.MaxStaleness),
+		Keep: l.cfg.OnStale == StaleKeep}
 	res, err := samples.FromRollouts(done, events, scfg)
 	if err != nil {
 		return m, err
 	}
 	m.Samples, m.Tokens, m.TrainedTokens = res.Stats.Samples, res.Stats.Tokens, res.Stats.TrainedTokens
+	m.TrainedByAgent, m.DuplicateCalls = res.Stats.TrainedByAgent, res.Stats.Duplicates
 	m.DroppedGroups = res.Stats.Groups.Dropped
 	m.StalenessMean, m.StalenessMax = res.Stats.StalenessMean, res.Stats.StalenessMax
 	m.StaleGroups, m.StaleSamples = res.Stats.StaleGroups, res.Stats.StaleSamples
@@ -424,6 +475,7 @@ func (l *Loop) step(ctx context.Context) (StepMetrics, error) {
 			return m, err
 		}
 		m.Loss, m.GradNorm = st.Loss, st.GradNorm
+		m.Entropy, m.ClipFrac, m.ApproxKL = st.EntropyMean, st.ClipFrac, st.ApproxKL
 		w, err := l.tr.Weights()
 		if err != nil {
 			return m, err
@@ -480,6 +532,16 @@ func (l *Loop) update(ctx context.Context, ss []samples.Sample) (model.StepStats
 			return total, err
 		}
 		total.Loss += st.Loss
+		// Token-weighted means over the micro-batches.
+		w := float64(st.Tokens)
+		total.EntropyMean += w * st.EntropyMean
+		total.ClipFrac += w * st.ClipFrac
+		total.ApproxKL += w * st.ApproxKL
+		total.Tokens += st.Tokens
+	}
+	if total.Tokens > 0 {
+		w := float64(total.Tokens)
+		total.EntropyMean, total.ClipFrac, total.ApproxKL = total.EntropyMean/w, total.ClipFrac/w, total.ApproxKL/w
 	}
 	st, err := l.tr.ApplyGradients(ctx)
 	total.GradNorm = st.GradNorm

@@ -39,6 +39,15 @@ func TestConfigValidate(t *testing.T) {
 		{"bound without async", Config{MaxStaleness: 2}, "needs mode: async"},
 		{"unknown on_stale", Config{Mode: "async", OnStale: "skip"}, "on_stale"},
 		{"negative tis cap", Config{TISCap: -1}, "tis_cap"},
+		{"known names", Config{Estimator: "reinforce_pp_baseline", Aggregation: "token-mean", Credit: "discounted", Gamma: 0.9, TrainAgents: []string{"writer"}}, ""},
+		{"unknown estimator", Config{Estimator: "drgrpo"}, `estimator "drgrpo"`},
+		{"unknown aggregation", Config{Aggregation: "mean"}, `aggregation "mean"`},
+		{"unknown credit", Config{Credit: "per-call"}, `credit assignment "per-call"`},
+		{"gamma without discounted", Config{Credit: "per_call", Gamma: 0.5}, "needs credit: discounted"},
+		{"gamma out of range", Config{Credit: "discounted", Gamma: 2}, "gamma"},
+		{"bad agent", Config{TrainAgents: []string{"a b"}}, "train_agents"},
+		{"unknown length rule", Config{LengthRule: "cut"}, `"cut"`},
+		{"negative length", Config{MaxResponseLen: -5}, "negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

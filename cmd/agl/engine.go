@@ -67,6 +67,9 @@ func openLLM(ctx context.Context, c config.Config, st store.Store, log *slog.Log
 		return nil, err
 	}
 	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	if err := pc.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	switch {
 	case ec.ModelDir != "" && ec.Upstream != nil:
 		return nil, fmt.Errorf("config engine: set model_dir or upstream, not both")

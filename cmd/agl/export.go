@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/aglrl/agl/samples"
 )
@@ -33,7 +34,11 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 	estimator := fs.String("estimator", string(samples.GRPO), "advantage estimator: grpo, dr_grpo, rloo, reinforce_pp_baseline")
 	eps := fs.Float64("eps", 1e-6, "epsilon in the grpo / reinforce++ denominators")
 	dropZero := fs.Bool("drop-zero-variance", false, "drop groups whose rewards are all equal")
-	agg := fs.String("agg", string(samples.TokenMean), "loss aggregation weights: token-mean, seq-mean-token-mean, seq-mean-token-sum, rollout-mean")
+	agg := fs.String("agg", string(samples.DefaultAggregation), "loss aggregation weights: rollout-mean, token-mean, seq-mean-token-mean, seq-mean-token-sum")
+	credit := fs.String("credit", string(samples.CreditBroadcast), "credit assignment: broadcast, per_call, discounted, last_call")
+	gamma := fs.Float64("gamma", 0, "discount of --credit discounted (0: 1)")
+	var agents stringList
+	fs.Var(&agents, "train-agent", "export only this agent's calls (repeatable; \"\" the default agent; none: all)")
 	noMerge := fs.Bool("no-merge", false, "one sample per model call")
 	acrossVersions := fs.Bool("merge-across-versions", false, "merge calls served by different model versions")
 	maxPrompt := fs.Int("max-prompt-len", 0, "exclude calls with longer prompts (0: no limit)")
@@ -60,11 +65,13 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 		Reward:            samples.RewardConfig{Fill: *fill, Primary: *primary, AddCallRewards: *callRewards},
 		Advantage:         samples.AdvantageConfig{Estimator: samples.Estimator(*estimator), Eps: *eps, DropZeroVariance: *dropZero},
 		Aggregation:       samples.Aggregation(*agg),
+		Credit:            samples.CreditConfig{Mode: samples.Credit(*credit), Gamma: *gamma},
+		TrainAgents:       agents,
 		DropMissingReward: *dropMissing,
 		IncludeVal:        *includeVal,
 	}
-	if cfg.Build.Rule != samples.LengthTruncate && cfg.Build.Rule != samples.LengthDrop {
-		return fmt.Errorf("export: --length-rule %q: want truncate or drop", *rule)
+	if err := cfg.ValidateNames(); err != nil {
+		return fmt.Errorf("export: %w", err)
 	}
 	c, err := load()
 	if err != nil {
@@ -117,3 +124,9 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 	_, err = fmt.Fprintf(report, "%s\n", b)
 	return err
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

@@ -91,6 +91,13 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	if *steps > 0 {
 		tc.Steps = *steps
 	}
+	// Refuse unknown names before anything runs.
+	if err := tc.Validate(); err != nil {
+		return fmt.Errorf("train: config %s: %w", cfgPath, err)
+	}
+	if err := pc.Validate(); err != nil {
+		return fmt.Errorf("train: config %s: %w", cfgPath, err)
+	}
 	if ec.ModelDir == "" {
 		return fmt.Errorf("train: config has no engine.model_dir (the model to train)")
 	}

@@ -240,7 +240,7 @@ function msgEl(m, extraClass) {
 
 function callEl(c, k) {
   const head = h('div', {class: 'callhead'},
-    h('strong', {}, 'call ' + (k + 1)), h('span', {class: 'mono'}, c.api || ''),
+    h('strong', {}, 'call ' + (k + 1)), c.agent ? pill('agent: ' + c.agent, 'agent') : null, h('span', {class: 'mono'}, c.api || ''),
     h('span', {}, (c.model || '') + ' v' + c.model_version),
     c.stream ? pill('streamed') : null,
     h('span', {}, c.prompt_tokens + ' → ' + c.completion_tokens + ' tokens'),
@@ -440,6 +440,9 @@ views.training = async function (rt, root) {
     add('Dropped', [{name: 'dropped groups', mode: 'train', k: 'dropped_groups'}, {name: 'failed rollouts', mode: 'train', k: 'failed_rollouts'}]);
     add('Loss', [{name: 'train', mode: 'train', k: 'loss'}]);
     add('Gradient norm', [{name: 'train', mode: 'train', k: 'grad_norm'}]);
+    add('Approx. KL to behaviour policy', [{name: 'train', mode: 'train', k: 'approx_kl'}]);
+    add('Clip fraction', [{name: 'train', mode: 'train', k: 'clip_fraction'}], {min: 0});
+    add('Entropy', [{name: 'train', mode: 'train', k: 'entropy'}]);
     const others = [...new Set(v.steps.flatMap(st => Object.keys(st.metrics).filter(k => typeof st.metrics[k] === 'number')))].filter(k => !used.has(k)).sort();
     for (const k of others) add(k, [{name: 'train', mode: 'train', k}, {name: 'val', mode: 'val', k}]);
 
