@@ -45,6 +45,14 @@ type Gateway struct {
 	MaxBodyBytes int64         `yaml:"max_body_bytes"`
 	ReapInterval time.Duration `yaml:"reap_interval"`
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// Client limits (0: the gateway's defaults, negative: none).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"` // default 10s
+	ReadBodyTimeout   time.Duration `yaml:"read_body_timeout"`   // default 60s
+	WriteTimeout      time.Duration `yaml:"write_timeout"`       // per write, default 60s
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`        // default 120s
+	MaxHeaderBytes    int           `yaml:"max_header_bytes"`    // default 1 MiB
+	MaxConns          int           `yaml:"max_conns"`           // default 4096
+	MaxConnsPerIP     int           `yaml:"max_conns_per_ip"`    // default 1024
 }
 
 // Default returns the built-in configuration.

@@ -22,7 +22,7 @@ import (
 
 const admin = "test-admin-key"
 
-func newStore(t *testing.T) store.Store {
+func newStore(t testing.TB) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
 	if err != nil {

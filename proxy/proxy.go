@@ -40,7 +40,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -472,13 +474,28 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiEr
 			break
 		}
 		if err != nil {
-			return nil, &apiError{Status: http.StatusBadRequest, Message: "read body: " + err.Error()}
+			return nil, bodyReadError(err, p.cfg.MaxBodyBytes)
 		}
 	}
 	if int64(len(buf)) > p.cfg.MaxBodyBytes {
 		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: "request body exceeds the limit of " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes", Code: "request_too_large"}
 	}
 	return buf, nil
+}
+
+// bodyReadError answers a failed body read: 413 past the gateway's body
+// limit (an oversized chunked body), 408 when the body did not arrive
+// before the read deadline, else 400.
+func bodyReadError(err error, limit int64) *apiError {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Message: "request body exceeds the limit of " + strconv.FormatInt(min(limit, mb.Limit), 10) + " bytes", Code: "request_too_large"}
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return &apiError{Status: http.StatusRequestTimeout, Message: "request body did not arrive in time", Code: "request_timeout"}
+	}
+	return &apiError{Status: http.StatusBadRequest, Message: "read body: " + err.Error()}
 }
 
 // applySampling fills defaults and mode overrides into s and the model.
