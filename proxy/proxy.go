@@ -239,13 +239,15 @@ type apiShape struct {
 	encode func(p *Proxy, c *call) ([]byte, error)
 	// stream appends the whole SSE stream for c to buf.
 	stream func(p *Proxy, c *call, buf []byte) []byte
+	// maxTokens names the response length parameter in errors.
+	maxTokens string
 }
 
 var (
-	shapeChat      = &apiShape{name: api.ShapeChatCompletions, idPrefix: "chatcmpl-", style: styleOpenAI, decode: decodeChat, encode: encodeChat, stream: streamChat}
-	shapeComplete  = &apiShape{name: api.ShapeCompletions, idPrefix: "cmpl-", style: styleOpenAI, decode: decodeCompletion, encode: encodeCompletion, stream: streamCompletion}
-	shapeResponses = &apiShape{name: api.ShapeResponses, idPrefix: "resp_", style: styleOpenAI, decode: decodeResponses, encode: encodeResponses, stream: streamResponses}
-	shapeMessages  = &apiShape{name: api.ShapeMessages, idPrefix: "msg_", style: styleAnthropic, decode: decodeMessages, encode: encodeMessages, stream: streamMessages}
+	shapeChat      = &apiShape{name: api.ShapeChatCompletions, idPrefix: "chatcmpl-", style: styleOpenAI, decode: decodeChat, encode: encodeChat, stream: streamChat, maxTokens: "max_tokens"}
+	shapeComplete  = &apiShape{name: api.ShapeCompletions, idPrefix: "cmpl-", style: styleOpenAI, decode: decodeCompletion, encode: encodeCompletion, stream: streamCompletion, maxTokens: "max_tokens"}
+	shapeResponses = &apiShape{name: api.ShapeResponses, idPrefix: "resp_", style: styleOpenAI, decode: decodeResponses, encode: encodeResponses, stream: streamResponses, maxTokens: "max_output_tokens"}
+	shapeMessages  = &apiShape{name: api.ShapeMessages, idPrefix: "msg_", style: styleAnthropic, decode: decodeMessages, encode: encodeMessages, stream: streamMessages, maxTokens: "max_tokens"}
 )
 
 // call is the state of one model call through the proxy.
@@ -498,8 +500,12 @@ func bodyReadError(err error, limit int64) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Message: "read body: " + err.Error()}
 }
 
-// applySampling fills defaults and mode overrides into s and the model.
-func (p *Proxy) applyOverrides(c *call, model *string, s *engine.Sampling, temperatureSet bool) {
+// applyOverrides fills defaults and mode overrides into s and the model;
+// a negative response length is refused (0 means the default).
+func (p *Proxy) applyOverrides(c *call, model *string, s *engine.Sampling, temperatureSet bool) *apiError {
+	if s.MaxTokens < 0 {
+		return badRequest(c.shape.maxTokens, "%s: must not be negative, got %d", c.shape.maxTokens, s.MaxTokens)
+	}
 	o := p.overrides(c.mode)
 	if !temperatureSet {
 		s.Temperature = 1
@@ -512,12 +518,13 @@ func (p *Proxy) applyOverrides(c *call, model *string, s *engine.Sampling, tempe
 	}
 	if o.MaxTokens > 0 {
 		s.MaxTokens = o.MaxTokens
-	} else if s.MaxTokens <= 0 {
+	} else if s.MaxTokens == 0 {
 		s.MaxTokens = p.cfg.DefaultMaxTokens
 	}
 	if o.Model != "" {
 		*model = o.Model
 	}
+	return nil
 }
 
 func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *apiShape) {
