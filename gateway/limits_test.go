@@ -403,3 +403,78 @@ func BenchmarkAuthenticatedUnderSlowClients(b *testing.B) {
 		})
 	}
 }
+
+// TestEventCountCap: the /api events route takes at most
+// store.MaxEventsPerRequest events per request, as /r/…/events does.
+func TestEventCountCap(t *testing.T) {
+	srv, st := newServer(t, gateway.Options{})
+	c := ctx(t)
+	st.CreateRollouts(c, []store.NewRollout{{ID: "r"}})
+	cl, _ := st.Claim(c, store.ClaimRequest{})
+	k := api.NewClient(srv.URL, cl.Key)
+	for _, tc := range []struct {
+		n    int
+		want int
+	}{{store.MaxEventsPerRequest, 200}, {store.MaxEventsPerRequest + 1, 400}, {400000, 400}} {
+		evs := make([]store.NewEvent, tc.n)
+		for i := range evs {
+			evs[i] = store.NewEvent{Type: "log"}
+		}
+		_, err := k.AppendEvents(c, "r", cl.Attempt.ID, evs)
+		if got := statusOf(err); (tc.want == 200) != (err == nil) || err != nil && got != tc.want {
+			t.Errorf("%d events: %v, want %d", tc.n, err, tc.want)
+		}
+	}
+	if evs, _ := st.ListEvents(c, store.EventFilter{RolloutID: "r", Limit: 5000}); len(evs) != store.MaxEventsPerRequest {
+		t.Errorf("%d events stored, want %d", len(evs), store.MaxEventsPerRequest)
+	}
+}
+
+// TestAuthHeaderPrecedence: one rule for every route: Authorization: Bearer
+// or x-api-key; both only with the same key; a non-Bearer Authorization is
+// ignored.
+func TestAuthHeaderPrecedence(t *testing.T) {
+	srv, st := newServer(t, gateway.Options{})
+	c := ctx(t)
+	st.CreateRollouts(c, []store.NewRollout{{ID: "r"}})
+	cl, _ := st.Claim(c, store.ClaimRequest{})
+	hb := "/api/rollouts/r/attempts/" + cl.Attempt.ID + "/heartbeat"
+	for _, tc := range []struct {
+		name, path string
+		hdr        map[string]string
+		want       int
+	}{
+		{"admin bearer", "/api/rollouts", map[string]string{"Authorization": "Bearer " + admin}, 200},
+		{"admin x-api-key", "/api/rollouts", map[string]string{"x-api-key": admin}, 200},
+		{"admin in both", "/api/rollouts", map[string]string{"Authorization": "Bearer " + admin, "x-api-key": admin}, 200},
+		{"admin and another key", "/api/rollouts", map[string]string{"Authorization": "Bearer " + admin, "x-api-key": "other"}, 401},
+		{"another key and admin", "/api/rollouts", map[string]string{"Authorization": "Bearer other", "x-api-key": admin}, 401},
+		{"basic auth ignored, x-api-key used", "/api/rollouts", map[string]string{"Authorization": "Basic eDp5", "x-api-key": admin}, 200},
+		{"scoped bearer", hb, map[string]string{"Authorization": "Bearer " + cl.Key}, 200},
+		{"scoped x-api-key", hb, map[string]string{"x-api-key": cl.Key}, 200},
+		{"scoped and admin", hb, map[string]string{"Authorization": "Bearer " + admin, "x-api-key": cl.Key}, 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := "GET"
+			if tc.path == hb {
+				method = "POST"
+			}
+			req, _ := http.NewRequest(method, srv.URL+tc.path, nil)
+			for k, v := range tc.hdr {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.want, body)
+			}
+			if tc.want == 401 && !strings.Contains(string(body), "different keys") {
+				t.Errorf("401 does not say why: %s", body)
+			}
+		})
+	}
+}

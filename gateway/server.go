@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,15 +117,14 @@ func (s *Server) IsAdmin(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) == 1
 }
 
-// RequestKey returns the key from "Authorization: Bearer …" or "x-api-key".
+// RequestKey returns the key a request presents (api.RequestKey), or ""
+// when it presents none or two different ones.
 func RequestKey(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-			return strings.TrimSpace(h[7:])
-		}
+	k, err := api.RequestKey(r)
+	if err != nil {
 		return ""
 	}
-	return r.Header.Get("X-Api-Key")
+	return k
 }
 
 // IsLoopback reports whether a listen address binds only to loopback.

@@ -336,25 +336,16 @@ func (p *Proxy) dispatch(w http.ResponseWriter, r *http.Request, t Target, sub s
 	}
 }
 
-// apiKey returns the key from Authorization: Bearer or x-api-key.
-func apiKey(r *http.Request) string {
-	if k := r.Header.Get("x-api-key"); k != "" {
-		return k
-	}
-	a := r.Header.Get("Authorization")
-	if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return strings.TrimSpace(a[7:])
-	}
-	return ""
-}
-
 // authorize checks the scoped key; with running, the attempt must be
 // running. It returns the rollout's mode.
 func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, running bool) (store.Mode, *apiError) {
 	if ctx.Value(trustedKey{}) != nil {
 		return p.trustedAttempt(ctx, t, running)
 	}
-	key := apiKey(r)
+	key, err := api.RequestKey(r)
+	if err != nil {
+		return "", &apiError{Status: http.StatusUnauthorized, Message: err.Error(), Code: "invalid_api_key"}
+	}
 	if key == "" {
 		return "", &apiError{Status: http.StatusUnauthorized, Message: "missing API key: send the attempt's scoped key as Authorization: Bearer KEY or x-api-key", Code: "invalid_api_key"}
 	}
@@ -673,7 +664,7 @@ func backendError(err error) *apiError {
 	switch {
 	case errors.Is(err, ErrUnsupported):
 		return &apiError{Status: http.StatusBadRequest, Message: err.Error(), Code: "unsupported_parameter"}
-	case errors.Is(err, ErrBadRequest):
+	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidPrompt):
 		return &apiError{Status: http.StatusBadRequest, Message: err.Error()}
 	case errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusTooManyRequests && he.Status != http.StatusRequestTimeout:
 		return &apiError{Status: he.Status, Message: "upstream: " + he.Message()}
@@ -817,7 +808,7 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request, t Target) {
 }
 
 // maxHarnessEvents bounds one POST /events.
-const maxHarnessEvents = 1000
+const maxHarnessEvents = store.MaxEventsPerRequest
 
 // serveEvents appends harness-emitted events: one {"type","data","time"}
 // object, an array of them, or {"events":[…]}. Harnesses may not forge

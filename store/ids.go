@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -254,6 +255,20 @@ func (m Model) Validate() error {
 	}
 	return nil
 }
+
+// NextModelVersion is the version a registration without one gets after
+// the latest, last; ErrInvalid once versions are exhausted (never a wrap
+// to a negative version).
+func NextModelVersion(name string, last int64) (int64, error) {
+	if last == math.MaxInt64 {
+		return 0, Errorf(ErrInvalid, "model %s: version %d is the last one; register a new name", name, last)
+	}
+	return last + 1, nil
+}
+
+// MaxEventsPerRequest bounds the events one append request may carry, on
+// every route (/api and /r/…/events).
+const MaxEventsPerRequest = 1000
 
 // Count adds one reaped attempt (ended as st, its rollout moved to next).
 func (r *ReapResult) Count(st AttemptStatus, next RolloutStatus) {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ func Run(t *testing.T, open Opener) {
 		{"CreateIdempotent", testCreateIdempotent},
 		{"CreateInvalid", testCreateInvalid},
 		{"IDsAndText", testIDsAndText},
+		{"ModelVersionExhausted", testModelVersionExhausted},
 		{"ListFiltersAndPaging", testList},
 		{"ClaimLifecycle", testClaimLifecycle},
 		{"ClaimModeFilter", testClaimMode},
@@ -218,6 +220,20 @@ func testIDsAndText(t *testing.T, s store.Store) {
 	}
 	if evs := must(s.ListEvents(c, store.EventFilter{RolloutID: cl.Rollout.ID})); len(evs) != 0 {
 		t.Errorf("refused events stored: %+v", evs)
+	}
+}
+
+// testModelVersionExhausted: after version MaxInt64 a registration
+// without a version is refused, never given a wrapped negative version.
+func testModelVersionExhausted(t *testing.T, s store.Store) {
+	c := ctx(t)
+	must(s.RegisterModel(c, store.Model{Name: "m", Version: math.MaxInt64}))
+	_, err := s.RegisterModel(c, store.Model{Name: "m"})
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "version") {
+		t.Fatalf("next version after MaxInt64: %v, want ErrInvalid", err)
+	}
+	if ms := must(s.ListModels(c, "m")); len(ms) != 1 || ms[0].Version != math.MaxInt64 {
+		t.Errorf("models %+v", ms)
 	}
 }
 
