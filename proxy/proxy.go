@@ -48,6 +48,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
@@ -473,7 +474,25 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiEr
 	if int64(len(buf)) > p.cfg.MaxBodyBytes {
 		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: "request body exceeds the limit of " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes", Code: "request_too_large"}
 	}
+	// The body is recorded in the call's event: text that is not UTF-8 is
+	// refused here rather than stored and served back unparseable.
+	if !utf8.Valid(buf) {
+		return nil, badRequest("", "request body is not valid UTF-8 (at byte %d)", invalidUTF8At(buf))
+	}
 	return buf, nil
+}
+
+// invalidUTF8At returns the offset of the first byte of b that is not
+// part of valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // bodyReadError answers a failed body read: 413 past the gateway's body
