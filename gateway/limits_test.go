@@ -110,57 +110,55 @@ func TestRefusalsAreJSON(t *testing.T) {
 
 func TestPerIPConnectionCap(t *testing.T) {
 	addr := serveLimited(t, gateway.Options{Store: newStore(t), Limits: gateway.Limits{MaxConnsPerIP: 4}}, nil)
-	{
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		// Hold the cap's worth of connections, each with one request served
-		// so that the server has surely accepted it.
-		for range 4 {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, c)
-			io.WriteString(c, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil || resp.StatusCode != 200 {
-				t.Fatalf("held connection: %v %v", resp, err)
-			}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
 		}
-		resp, body := rawRequest(t, addr, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
-		var e api.ErrorBody
-		if json.Unmarshal(body, &e) != nil || resp.StatusCode != 503 || e.Error.Code != "too_many_connections" || resp.Header.Get("Retry-After") == "" {
-			t.Fatalf("over the cap: %d %q", resp.StatusCode, body)
-		}
-		// Another address is not affected by this one's cap.
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-		c2, err := d.Dial("tcp", addr)
+	}()
+	// Hold the cap's worth of connections, each with one request served
+	// so that the server has surely accepted it.
+	for range 4 {
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
-			t.Skipf("no second loopback address: %v", err)
+			t.Fatal(err)
 		}
-		defer c2.Close()
-		io.WriteString(c2, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
-		if resp, err := http.ReadResponse(bufio.NewReader(c2), nil); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("from 127.0.0.2: %v %v", resp, err)
+		held = append(held, c)
+		io.WriteString(c, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("held connection: %v %v", resp, err)
 		}
-		// Closing a held connection frees its slot.
-		held[0].Close()
-		held = held[1:]
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			resp, _ := rawRequest(t, addr, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
-			if resp.StatusCode == 200 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("slot not freed: %d", resp.StatusCode)
-			}
-			time.Sleep(20 * time.Millisecond)
+	}
+	resp, body := rawRequest(t, addr, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+	var e api.ErrorBody
+	if json.Unmarshal(body, &e) != nil || resp.StatusCode != 503 || e.Error.Code != "too_many_connections" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("over the cap: %d %q", resp.StatusCode, body)
+	}
+	// Another address is not affected by this one's cap.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	c2, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Skipf("no second loopback address: %v", err)
+	}
+	defer c2.Close()
+	io.WriteString(c2, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(c2), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("from 127.0.0.2: %v %v", resp, err)
+	}
+	// Closing a held connection frees its slot.
+	held[0].Close()
+	held = held[1:]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, _ := rawRequest(t, addr, "GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp.StatusCode == 200 {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot not freed: %d", resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
