@@ -48,6 +48,14 @@ type Gateway struct {
 	// MaxAbsReward bounds |reward| of appended reward events on every
 	// route (default 1e6, api.DefaultMaxAbsReward).
 	MaxAbsReward float64 `yaml:"max_abs_reward"`
+	// Client limits (0: the gateway's defaults, negative: none).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"` // default 10s
+	ReadBodyTimeout   time.Duration `yaml:"read_body_timeout"`   // default 60s
+	WriteTimeout      time.Duration `yaml:"write_timeout"`       // per write, default 60s
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`        // default 120s
+	MaxHeaderBytes    int           `yaml:"max_header_bytes"`    // default 1 MiB
+	MaxConns          int           `yaml:"max_conns"`           // default 4096
+	MaxConnsPerIP     int           `yaml:"max_conns_per_ip"`    // default 1024
 }
 
 // Default returns the built-in configuration.

@@ -139,10 +139,11 @@ func (d *Dashboard) authorized(r *http.Request) bool {
 }
 
 func bearer(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
+	k, err := api.RequestKey(r)
+	if err != nil {
+		return ""
 	}
-	return r.Header.Get("X-Api-Key")
+	return k
 }
 
 // isAdminKey compares k with the admin key in constant time.

@@ -3,7 +3,16 @@
 // can any upstream that takes token-id prompts.
 package engine
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// ErrInvalidPrompt is returned (wrapped) by Generate for a prompt the
+// engine cannot take: token ids outside its vocabulary, an empty prompt or
+// one that fills its context. Callers answer it as the caller's mistake
+// (400), not the engine's.
+var ErrInvalidPrompt = errors.New("invalid prompt")
 
 // Sampling controls one generation.
 type Sampling struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -78,7 +79,10 @@ func (s *Server) authorize(a access, r *http.Request) error {
 	if a == public || s.IsAdmin(r) {
 		return nil
 	}
-	key := RequestKey(r)
+	key, err := api.RequestKey(r)
+	if err != nil {
+		return api.Errorf(http.StatusUnauthorized, "unauthorized", "%v", err)
+	}
 	if key == "" {
 		return api.Errorf(http.StatusUnauthorized, "unauthorized", "missing key: send Authorization: Bearer <key> or x-api-key")
 	}
@@ -95,7 +99,7 @@ func (s *Server) authorize(a access, r *http.Request) error {
 			return api.Errorf(http.StatusForbidden, "forbidden", "a scoped key reads only its own attempt's events: add ?attempt=<attempt id>")
 		}
 	}
-	_, err := s.opt.Store.AttemptByKey(r.Context(), r.PathValue("id"), aid, key)
+	_, err = s.opt.Store.AttemptByKey(r.Context(), r.PathValue("id"), aid, key)
 	return err
 }
 
@@ -222,8 +226,8 @@ func (s *Server) listRollouts(w http.ResponseWriter, r *http.Request) error {
 	}{{"min_reward", &f.MinReward}, {"max_reward", &f.MaxReward}} {
 		if v := q.Get(b.name); v != "" {
 			x, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return api.Errorf(http.StatusBadRequest, "invalid_request", "%s %q is not a number", b.name, v)
+			if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+				return api.Errorf(http.StatusBadRequest, "invalid_request", "%s %q is not a finite number", b.name, v)
 			}
 			*b.dst = &x
 		}
@@ -427,6 +431,9 @@ func (s *Server) appendEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	if len(req.Events) == 0 {
 		return api.Errorf(http.StatusBadRequest, "invalid_request", "events is empty")
+	}
+	if len(req.Events) > store.MaxEventsPerRequest {
+		return api.Errorf(http.StatusBadRequest, "invalid_request", "events: at most %d per request, got %d", store.MaxEventsPerRequest, len(req.Events))
 	}
 	// A scoped key is the harness (even on a gateway without an admin
 	// key): it appends harness types only.

@@ -22,7 +22,7 @@ import (
 
 const admin = "test-admin-key"
 
-func newStore(t *testing.T) store.Store {
+func newStore(t testing.TB) store.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
 	if err != nil {
@@ -156,6 +156,10 @@ func TestBadInput(t *testing.T) {
 		{"trailing data", "POST", "/api/rollouts", `{"rollouts": [{}]} {}`, 400, "invalid_json", "after"},
 		{"empty batch", "POST", "/api/rollouts", `{"rollouts": []}`, 400, "invalid_request", "empty"},
 		{"bad mode", "POST", "/api/rollouts", `{"rollouts": [{"mode": "test"}]}`, 400, "invalid_request", "mode"},
+		{"id outside the alphabet", "POST", "/api/rollouts", `{"rollouts": [{"id": "a/b"}]}`, 400, "invalid_request", "rollout id"},
+		{"group id outside the alphabet", "POST", "/api/rollouts", `{"rollouts": [{"id": "g", "group_id": "x y"}]}`, 400, "invalid_request", "group_id"},
+		{"task not UTF-8", "POST", "/api/rollouts", "{\"rollouts\": [{\"id\": \"u\", \"task\": {\"q\": \"\xff\"}}]}", 400, "invalid_request", "task"},
+		{"event data not UTF-8", "POST", ev, "{\"events\": [{\"type\": \"log\", \"data\": \"\xc3\"}]}", 400, "invalid_request", "UTF-8"},
 		{"bad task json", "POST", ev, `{"events": [{"type": ""}]}`, 400, "invalid_request", "type"},
 		{"oversized", "POST", ev, `{"events": [{"type": "log", "data": "` + strings.Repeat("x", 2000) + `"}]}`, 413, "too_large", "1024"},
 		{"unknown rollout", "GET", "/api/rollouts/nope", ``, 404, "not_found", "nope"},
@@ -168,6 +172,10 @@ func TestBadInput(t *testing.T) {
 		{"bad cursor", "GET", "/api/rollouts?cursor=-1", ``, 400, "invalid_request", "cursor"},
 		{"bad reward bound", "GET", "/api/rollouts?min_reward=high", ``, 400, "invalid_request", "min_reward"},
 		{"bad step filter", "GET", "/api/rollouts?step=x", ``, 400, "invalid_request", "step"},
+		{"NaN reward bound", "GET", "/api/rollouts?min_reward=NaN", ``, 400, "invalid_request", "min_reward"},
+		{"infinite reward bound", "GET", "/api/rollouts?max_reward=Inf", ``, 400, "invalid_request", "max_reward"},
+		{"minus infinite reward bound", "GET", "/api/rollouts?min_reward=-Inf", ``, 400, "invalid_request", "min_reward"},
+		{"model version past int64", "POST", "/api/models", `{"name": "m", "version": 9223372036854775808}`, 400, "invalid_request", "version"},
 		{"model without name", "POST", "/api/models", `{"version": 1}`, 400, "invalid_request", "name"},
 		{"train step without run", "POST", "/api/train/steps", `{"mode":"train","step":1,"metrics":{}}`, 400, "invalid_request", "run"},
 		{"train step metrics not an object", "POST", "/api/train/steps", `{"run":"r","mode":"train","step":1,"metrics":[1]}`, 400, "invalid_request", "metrics"},

@@ -34,6 +34,8 @@ func bodyError(err error) error {
 	switch {
 	case errors.As(err, &mb):
 		return api.Errorf(http.StatusRequestEntityTooLarge, "too_large", "request body is larger than %d bytes", mb.Limit)
+	case isTimeout(err):
+		return api.Errorf(http.StatusRequestTimeout, "request_timeout", "request body did not arrive in time")
 	case errors.Is(err, io.EOF):
 		return api.Errorf(http.StatusBadRequest, "invalid_json", "request body is empty; a JSON object is required")
 	case errors.Is(err, io.ErrUnexpectedEOF):

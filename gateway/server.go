@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +50,8 @@ type Options struct {
 	Version string
 	// Wrap, if set, wraps the whole handler when serving (e.g. metrics.Middleware).
 	Wrap func(http.Handler) http.Handler
+	// Limits bound slow, idle and numerous clients (zero: DefaultLimits).
+	Limits Limits
 }
 
 // Server is the gateway.
@@ -74,6 +75,7 @@ func New(opt Options) *Server {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
+	opt.Limits = opt.Limits.withDefaults()
 	s := &Server{opt: opt, log: opt.Logger, mux: http.NewServeMux()}
 	if opt.AdminKey != "" {
 		s.adminSum = sha256.Sum256([]byte(opt.AdminKey))
@@ -91,6 +93,10 @@ func (s *Server) Notify() { s.changes.broadcast() }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.protect(w, r, s.serve)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if s.closing.Load() {
 		w.Header().Set("Connection", "close")
 		api.WriteError(w, s.log, api.Errorf(http.StatusServiceUnavailable, "shutting_down", "gateway is shutting down"))
@@ -114,15 +120,14 @@ func (s *Server) IsAdmin(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) == 1
 }
 
-// RequestKey returns the key from "Authorization: Bearer …" or "x-api-key".
+// RequestKey returns the key a request presents (api.RequestKey), or ""
+// when it presents none or two different ones.
 func RequestKey(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-			return strings.TrimSpace(h[7:])
-		}
+	k, err := api.RequestKey(r)
+	if err != nil {
 		return ""
 	}
-	return r.Header.Get("X-Api-Key")
+	return k
 }
 
 // IsLoopback reports whether a listen address binds only to loopback.
@@ -158,7 +163,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drainTimeout time.D
 	if s.opt.Wrap != nil {
 		h = s.opt.Wrap(s)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	lim := s.opt.Limits
+	// No server-wide ReadTimeout or WriteTimeout: they would bound a whole
+	// call, cutting long streaming answers; each request gets a body read
+	// deadline and a rolling write deadline instead (protect).
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: lim.ReadHeaderTimeout, IdleTimeout: lim.IdleTimeout,
+		MaxHeaderBytes: lim.MaxHeaderBytes, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	ln = newLimitListener(ln, lim)
 	var wg sync.WaitGroup
 	rctx, stopReaper := context.WithCancel(ctx)
 	defer stopReaper()

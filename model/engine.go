@@ -294,14 +294,14 @@ var ErrClosed = errors.New("model: engine closed")
 // sampling parameters, seed and weights only.
 func (e *Engine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
 	if len(prompt) == 0 {
-		return engine.Result{}, errors.New("model: empty prompt")
+		return engine.Result{}, fmt.Errorf("model: %w: empty prompt", engine.ErrInvalidPrompt)
 	}
 	if len(prompt) >= e.opts.MaxContext {
-		return engine.Result{}, fmt.Errorf("model: prompt of %d tokens leaves no room in a context of %d", len(prompt), e.opts.MaxContext)
+		return engine.Result{}, fmt.Errorf("model: %w: prompt of %d tokens leaves no room in a context of %d", engine.ErrInvalidPrompt, len(prompt), e.opts.MaxContext)
 	}
 	for _, id := range prompt {
 		if id < 0 || int(id) >= e.m.cfg.VocabSize {
-			return engine.Result{}, fmt.Errorf("model: token id %d outside vocabulary of %d", id, e.m.cfg.VocabSize)
+			return engine.Result{}, fmt.Errorf("model: %w: token id %d outside vocabulary of %d", engine.ErrInvalidPrompt, id, e.m.cfg.VocabSize)
 		}
 	}
 	r := &request{ctx: ctx, prompt: slices.Clone(prompt), s: s, reply: make(chan reply, 1)}

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -189,9 +190,9 @@ func TestGenerateCancel(t *testing.T) {
 	if err != nil || len(r.IDs) != 3 {
 		t.Fatalf("after cancel: %v %v", r, err)
 	}
-	for _, bad := range [][]int32{{}, {64}, {-1}} {
-		if _, err := e.Generate(context.Background(), bad, engine.Sampling{MaxTokens: 3}); err == nil {
-			t.Errorf("prompt %v: no error", bad)
+	for _, bad := range [][]int32{{}, {64}, {-1}, make([]int32, 200)} {
+		if _, err := e.Generate(context.Background(), bad, engine.Sampling{MaxTokens: 3}); !errors.Is(err, engine.ErrInvalidPrompt) {
+			t.Errorf("prompt of %d ids %v: %v, want engine.ErrInvalidPrompt", len(bad), bad[:min(len(bad), 2)], err)
 		}
 	}
 }

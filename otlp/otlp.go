@@ -210,7 +210,10 @@ func (h *handler) serve(r *http.Request) (stored, rejected int, resp []byte, ct 
 	if err != nil {
 		return 0, 0, nil, "", err
 	}
-	key := requestKey(r)
+	key, err := api.RequestKey(r)
+	if err != nil {
+		return 0, 0, nil, "", api.Errorf(http.StatusUnauthorized, "unauthorized", "%v", err)
+	}
 	scoped := strings.HasPrefix(key, store.KeyPrefix)
 	if !scoped && h.authorize != nil && !h.authorize(r) {
 		if key == "" {
@@ -265,6 +268,11 @@ func (h *handler) serve(r *http.Request) (stored, rejected int, resp []byte, ct 
 		}
 		return targets[i].attempt < targets[j].attempt
 	})
+	if scoped && len(targets) == 0 {
+		// The key authorizes nothing in the request, so nothing checked it:
+		// refuse it as unknown rather than answer partial success.
+		return 0, 0, nil, "", api.Errorf(http.StatusUnauthorized, "unauthorized", "invalid key: a scoped key posts to its attempt's /r/{rollout}/{attempt}/v1/traces or names it in %s and %s", AttrRolloutID, AttrAttemptID)
+	}
 	resolved := make(map[target]target, len(targets))
 	for _, t := range targets {
 		rt, why, err := h.resolve(ctx, t, key, scoped)
@@ -558,16 +566,4 @@ func (h *handler) readBody(r *http.Request) ([]byte, error) {
 		return nil, api.Errorf(http.StatusRequestEntityTooLarge, "too_large", "request body over %d bytes", h.maxBody)
 	}
 	return b, nil
-}
-
-// requestKey returns the key from "Authorization: Bearer …" or "x-api-key"
-// (the gateway's rule).
-func requestKey(r *http.Request) string {
-	if v := r.Header.Get("Authorization"); v != "" {
-		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
-			return strings.TrimSpace(v[7:])
-		}
-		return ""
-	}
-	return r.Header.Get("X-Api-Key")
 }

@@ -342,6 +342,8 @@ func TestRejected(t *testing.T) {
 		{"own path but a span names another attempt", "/r/r1/" + cl1.Attempt.ID + "/v1/traces", otlp.ContentTypeJSON, cl1.Key,
 			join(jsonSpans("", "", "aaa19b7ec3c1b174"), jsonSpans("r0", cl0.Attempt.ID, "bbb19b7ec3c1b174")), 403, "forbidden"},
 		{"forged scoped key", "/r/r0/" + cl0.Attempt.ID + "/v1/traces", otlp.ContentTypeProtobuf, store.KeyPrefix + "forged", goodProto, 403, "forbidden"},
+		{"unknown scoped key, spans name no rollout", "/v1/traces", otlp.ContentTypeJSON, store.KeyPrefix + "forged", jsonSpans("", "", "eee19b7ec3c1b174"), 401, "unauthorized"},
+		{"unknown scoped key, no spans", "/v1/traces", otlp.ContentTypeJSON, store.KeyPrefix + "forged", []byte(`{"resourceSpans":[]}`), 401, "unauthorized"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -344,7 +344,9 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 		s.TopK = *req.TopK
 	}
 	model := req.Model
-	p.applyOverrides(c, &model, &s, req.Temperature != nil)
+	if e := p.applyOverrides(c, &model, &s, req.Temperature != nil); e != nil {
+		return e
+	}
 	c.stream = req.Stream
 	c.ignored = ignored
 	c.chat = &ChatRequest{Model: model, Conv: conv, Sampling: s, Stop: req.StopSequences, ToolIDPrefix: "toolu_"}

@@ -231,7 +231,9 @@ func decodeChat(p *Proxy, c *call) *apiError {
 		s.Seed = uint64(*req.Seed)
 	}
 	model := req.Model
-	p.applyOverrides(c, &model, &s, req.Temperature != nil)
+	if e := p.applyOverrides(c, &model, &s, req.Temperature != nil); e != nil {
+		return e
+	}
 	c.stream = req.Stream
 	c.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	c.chat = &ChatRequest{Model: model, Conv: conv, Sampling: s, Stop: stop, ToolIDPrefix: "call_"}
@@ -444,7 +446,9 @@ func decodeCompletion(p *Proxy, c *call) *apiError {
 		s.Seed = uint64(*req.Seed)
 	}
 	cr.Model = req.Model
-	p.applyOverrides(c, &cr.Model, s, req.Temperature != nil)
+	if e := p.applyOverrides(c, &cr.Model, s, req.Temperature != nil); e != nil {
+		return e
+	}
 	c.stream = req.Stream
 	c.includeUsage = req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	c.complete = cr

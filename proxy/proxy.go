@@ -49,12 +49,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
@@ -269,13 +272,15 @@ type apiShape struct {
 	encode func(p *Proxy, c *call) ([]byte, error)
 	// stream appends the whole SSE stream for c to buf.
 	stream func(p *Proxy, c *call, buf []byte) []byte
+	// maxTokens names the response length parameter in errors.
+	maxTokens string
 }
 
 var (
-	shapeChat      = &apiShape{name: api.ShapeChatCompletions, idPrefix: "chatcmpl-", style: styleOpenAI, decode: decodeChat, encode: encodeChat, stream: streamChat}
-	shapeComplete  = &apiShape{name: api.ShapeCompletions, idPrefix: "cmpl-", style: styleOpenAI, decode: decodeCompletion, encode: encodeCompletion, stream: streamCompletion}
-	shapeResponses = &apiShape{name: api.ShapeResponses, idPrefix: "resp_", style: styleOpenAI, decode: decodeResponses, encode: encodeResponses, stream: streamResponses}
-	shapeMessages  = &apiShape{name: api.ShapeMessages, idPrefix: "msg_", style: styleAnthropic, decode: decodeMessages, encode: encodeMessages, stream: streamMessages}
+	shapeChat      = &apiShape{name: api.ShapeChatCompletions, idPrefix: "chatcmpl-", style: styleOpenAI, decode: decodeChat, encode: encodeChat, stream: streamChat, maxTokens: "max_tokens"}
+	shapeComplete  = &apiShape{name: api.ShapeCompletions, idPrefix: "cmpl-", style: styleOpenAI, decode: decodeCompletion, encode: encodeCompletion, stream: streamCompletion, maxTokens: "max_tokens"}
+	shapeResponses = &apiShape{name: api.ShapeResponses, idPrefix: "resp_", style: styleOpenAI, decode: decodeResponses, encode: encodeResponses, stream: streamResponses, maxTokens: "max_output_tokens"}
+	shapeMessages  = &apiShape{name: api.ShapeMessages, idPrefix: "msg_", style: styleAnthropic, decode: decodeMessages, encode: encodeMessages, stream: streamMessages, maxTokens: "max_tokens"}
 )
 
 // call is the state of one model call through the proxy.
@@ -387,25 +392,16 @@ func (p *Proxy) dispatch(w http.ResponseWriter, r *http.Request, t Target, sub s
 	}
 }
 
-// apiKey returns the key from Authorization: Bearer or x-api-key.
-func apiKey(r *http.Request) string {
-	if k := r.Header.Get("x-api-key"); k != "" {
-		return k
-	}
-	a := r.Header.Get("Authorization")
-	if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
-		return strings.TrimSpace(a[7:])
-	}
-	return ""
-}
-
 // authorize checks the scoped key; with running, the attempt must be
 // running. It returns the rollout's mode.
 func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, running bool) (store.Mode, *apiError) {
 	if ctx.Value(trustedKey{}) != nil {
 		return p.trustedAttempt(ctx, t, running)
 	}
-	key := apiKey(r)
+	key, err := api.RequestKey(r)
+	if err != nil {
+		return "", &apiError{Status: http.StatusUnauthorized, Message: err.Error(), Code: "invalid_api_key"}
+	}
 	if key == "" {
 		return "", &apiError{Status: http.StatusUnauthorized, Message: "missing API key: send the attempt's scoped key as Authorization: Bearer KEY or x-api-key", Code: "invalid_api_key"}
 	}
@@ -541,17 +537,54 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiEr
 			break
 		}
 		if err != nil {
-			return nil, &apiError{Status: http.StatusBadRequest, Message: "read body: " + err.Error()}
+			return nil, bodyReadError(err, p.cfg.MaxBodyBytes)
 		}
 	}
 	if int64(len(buf)) > p.cfg.MaxBodyBytes {
 		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: "request body exceeds the limit of " + strconv.FormatInt(p.cfg.MaxBodyBytes, 10) + " bytes", Code: "request_too_large"}
 	}
+	// The body is recorded in the call's event: text that is not UTF-8 is
+	// refused here rather than stored and served back unparseable.
+	if !utf8.Valid(buf) {
+		return nil, badRequest("", "request body is not valid UTF-8 (at byte %d)", invalidUTF8At(buf))
+	}
 	return buf, nil
 }
 
-// applySampling fills defaults and mode overrides into s and the model.
-func (p *Proxy) applyOverrides(c *call, model *string, s *engine.Sampling, temperatureSet bool) {
+// invalidUTF8At returns the offset of the first byte of b that is not
+// part of valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// bodyReadError answers a failed body read: 413 past the gateway's body
+// limit (an oversized chunked body), 408 when the body did not arrive
+// before the read deadline, else 400.
+func bodyReadError(err error, limit int64) *apiError {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Message: "request body exceeds the limit of " + strconv.FormatInt(min(limit, mb.Limit), 10) + " bytes", Code: "request_too_large"}
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return &apiError{Status: http.StatusRequestTimeout, Message: "request body did not arrive in time", Code: "request_timeout"}
+	}
+	return &apiError{Status: http.StatusBadRequest, Message: "read body: " + err.Error()}
+}
+
+// applyOverrides fills defaults and mode overrides into s and the model;
+// a negative response length is refused (0 means the default).
+func (p *Proxy) applyOverrides(c *call, model *string, s *engine.Sampling, temperatureSet bool) *apiError {
+	if s.MaxTokens < 0 {
+		return badRequest(c.shape.maxTokens, "%s: must not be negative, got %d", c.shape.maxTokens, s.MaxTokens)
+	}
 	c.model = *model
 	o := p.overrides(c.mode)
 	if !temperatureSet {
@@ -565,12 +598,13 @@ func (p *Proxy) applyOverrides(c *call, model *string, s *engine.Sampling, tempe
 	}
 	if o.MaxTokens > 0 {
 		s.MaxTokens = o.MaxTokens
-	} else if s.MaxTokens <= 0 {
+	} else if s.MaxTokens == 0 {
 		s.MaxTokens = p.cfg.DefaultMaxTokens
 	}
 	if o.Model != "" {
 		*model = o.Model
 	}
+	return nil
 }
 
 func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *apiShape) {
@@ -730,7 +764,7 @@ func backendError(err error) *apiError {
 	switch {
 	case errors.Is(err, ErrUnsupported):
 		return &apiError{Status: http.StatusBadRequest, Message: err.Error(), Code: "unsupported_parameter"}
-	case errors.Is(err, ErrBadRequest):
+	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidPrompt):
 		return &apiError{Status: http.StatusBadRequest, Message: err.Error()}
 	case errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusTooManyRequests && he.Status != http.StatusRequestTimeout:
 		return &apiError{Status: he.Status, Message: "upstream: " + he.Message()}
@@ -878,7 +912,7 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request, t Target) {
 }
 
 // maxHarnessEvents bounds one POST /events.
-const maxHarnessEvents = 1000
+const maxHarnessEvents = store.MaxEventsPerRequest
 
 // serveEvents appends harness-emitted events: one {"type","data","time"}
 // object, an array of them, or {"events":[…]}, checked by api.CheckEvents:

@@ -243,7 +243,9 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 		s.MaxTokens = *req.MaxOutputTokens
 	}
 	model := req.Model
-	p.applyOverrides(c, &model, &s, req.Temperature != nil)
+	if e := p.applyOverrides(c, &model, &s, req.Temperature != nil); e != nil {
+		return e
+	}
 	c.stream = req.Stream
 	c.chat = &ChatRequest{Model: model, Conv: conv, Sampling: s, ToolIDPrefix: "call_"}
 	return nil

@@ -297,6 +297,20 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("%w: empty prompt", ErrBadRequest)
 	}
+	if req.IDsGiven {
+		vocab := -1
+		if v, ok := b.codec.(interface{ VocabSize() int }); ok {
+			vocab = v.VocabSize()
+		}
+		for i, id := range prompt {
+			if id < 0 {
+				return nil, fmt.Errorf("%w: prompt[%d]: token id %d is negative", ErrBadRequest, i, id)
+			}
+			if vocab >= 0 && int(id) >= vocab {
+				return nil, fmt.Errorf("%w: prompt[%d]: token id %d is outside the vocabulary (%d ids)", ErrBadRequest, i, id, vocab)
+			}
+		}
+	}
 	s, err := b.sampling(req.Sampling, len(prompt))
 	if err != nil {
 		return nil, err

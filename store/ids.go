@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -45,14 +46,72 @@ func KeyMatches(key string, hash []byte) bool {
 // MaxIDLen bounds caller-supplied ids.
 const MaxIDLen = 200
 
+// IDAlphabet describes the bytes a caller-supplied rollout or group id may
+// hold: those a URL path segment carries unescaped, so every route (the
+// LLM routes /r/{rollout}/{attempt}/…, /api/rollouts/{id}/…) and every
+// client reach any accepted id as it is.
+const IDAlphabet = "A-Z a-z 0-9 - . _ ~ :"
+
+// CheckID returns ErrInvalid naming field unless id is 1 to MaxIDLen bytes
+// of IDAlphabet and not "." or ".." (which paths resolve away).
+func CheckID(field, id string) error {
+	if id == "" || len(id) > MaxIDLen {
+		return Errorf(ErrInvalid, "%s must be 1 to %d bytes, got %d", field, MaxIDLen, len(id))
+	}
+	if id == "." || id == ".." {
+		return Errorf(ErrInvalid, "%s %q is not an id", field, id)
+	}
+	for i := 0; i < len(id); i++ {
+		if !idByte(id[i]) {
+			return Errorf(ErrInvalid, "%s %q: byte %d (%q) is outside the id alphabet %s", field, id, i, id[i], IDAlphabet)
+		}
+	}
+	return nil
+}
+
+func idByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return c == '-' || c == '.' || c == '_' || c == '~' || c == ':'
+}
+
+// IDSafe maps s onto the id alphabet, replacing every other byte with '-',
+// for ids derived from names (a model "org/name" gives "org-name").
+func IDSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !idByte(c) {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+// CheckText returns ErrInvalid naming field unless b is valid UTF-8: text
+// and JSON that reach the store are refused at the door rather than stored
+// and served back as bytes no JSON client can parse.
+func CheckText(field string, b []byte) error {
+	if !utf8.Valid(b) {
+		return Errorf(ErrInvalid, "%s is not valid UTF-8", field)
+	}
+	return nil
+}
+
 // Normalize validates a NewRollout and fills defaults (id, mode, config,
 // JSON fields), returning ErrInvalid naming the bad field.
 func (n NewRollout) Normalize() (NewRollout, error) {
 	if n.ID == "" {
 		n.ID = NewID("ro_")
 	}
-	if len(n.ID) > MaxIDLen || !utf8.ValidString(n.ID) {
-		return n, Errorf(ErrInvalid, "rollout id must be valid UTF-8 of at most %d bytes", MaxIDLen)
+	if err := CheckID("rollout id", n.ID); err != nil {
+		return n, err
+	}
+	if n.GroupID != "" {
+		if err := CheckID("rollout "+n.ID+": group_id", n.GroupID); err != nil {
+			return n, err
+		}
 	}
 	if n.Mode == "" {
 		n.Mode = ModeTrain
@@ -64,9 +123,14 @@ func (n NewRollout) Normalize() (NewRollout, error) {
 		n.Task = json.RawMessage("null")
 	} else if !json.Valid(n.Task) {
 		return n, Errorf(ErrInvalid, "rollout %s: task is not valid JSON", n.ID)
+	} else if err := CheckText("rollout "+n.ID+": task", n.Task); err != nil {
+		return n, err
 	}
 	if len(n.Metadata) > 0 && !json.Valid(n.Metadata) {
 		return n, Errorf(ErrInvalid, "rollout %s: metadata is not valid JSON", n.ID)
+	}
+	if err := CheckText("rollout "+n.ID+": metadata", n.Metadata); err != nil {
+		return n, err
 	}
 	if n.Step == nil {
 		n.Step = StepFromMetadata(n.Metadata)
@@ -111,10 +175,15 @@ func ValidateEvents(evs []NewEvent, now time.Time) ([]NewEvent, error) {
 		if len(e.Type) > 100 {
 			return nil, Errorf(ErrInvalid, "event %d: type longer than 100 bytes", i)
 		}
+		if !utf8.ValidString(e.Type) {
+			return nil, Errorf(ErrInvalid, "event %d: type is not valid UTF-8", i)
+		}
 		if len(e.Data) == 0 {
 			e.Data = json.RawMessage("null")
 		} else if !e.DataValid && !json.Valid(e.Data) {
 			return nil, Errorf(ErrInvalid, "event %d (%s): data is not valid JSON", i, e.Type)
+		} else if !e.DataValid && !utf8.Valid(e.Data) {
+			return nil, Errorf(ErrInvalid, "event %d (%s): data is not valid UTF-8", i, e.Type)
 		}
 		if e.Time.IsZero() {
 			e.Time = now
@@ -175,11 +244,31 @@ func (m Model) Validate() error {
 	if m.Version < 0 {
 		return Errorf(ErrInvalid, "model %s: version %d is negative", m.Name, m.Version)
 	}
+	if !utf8.ValidString(m.Name) {
+		return Errorf(ErrInvalid, "model name is not valid UTF-8")
+	}
 	if len(m.Metadata) > 0 && !json.Valid(m.Metadata) {
 		return Errorf(ErrInvalid, "model %s: metadata is not valid JSON", m.Name)
 	}
+	if err := CheckText("model "+m.Name+": metadata", m.Metadata); err != nil {
+		return err
+	}
 	return nil
 }
+
+// NextModelVersion is the version a registration without one gets after
+// the latest, last; ErrInvalid once versions are exhausted (never a wrap
+// to a negative version).
+func NextModelVersion(name string, last int64) (int64, error) {
+	if last == math.MaxInt64 {
+		return 0, Errorf(ErrInvalid, "model %s: version %d is the last one; register a new name", name, last)
+	}
+	return last + 1, nil
+}
+
+// MaxEventsPerRequest bounds the events one append request may carry, on
+// every route (/api and /r/…/events).
+const MaxEventsPerRequest = 1000
 
 // Count adds one reaped attempt (ended as st, its rollout moved to next).
 func (r *ReapResult) Count(st AttemptStatus, next RolloutStatus) {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // RolloutStatus is where a rollout is in its life.
@@ -269,6 +270,8 @@ func (t TrainStep) Validate() error {
 		return Errorf(ErrInvalid, "train step: step %d is negative", t.Step)
 	case len(t.Metrics) == 0 || !json.Valid(t.Metrics) || t.Metrics[0] != '{':
 		return Errorf(ErrInvalid, "train step: metrics must be a JSON object")
+	case !utf8.ValidString(t.Run) || !utf8.Valid(t.Metrics):
+		return Errorf(ErrInvalid, "train step: run and metrics must be valid UTF-8")
 	}
 	return nil
 }

@@ -412,7 +412,7 @@ func (l *Loop) plan(s int) []store.NewRollout {
 	var rs []store.NewRollout
 	for k := 0; k < l.cfg.TasksPerStep; k++ {
 		task := l.train[(cursor+k)%n]
-		group := fmt.Sprintf("%s-s%d-t%d", l.name, s, k)
+		group := fmt.Sprintf("%s-s%d-t%d", store.IDSafe(l.name), s, k)
 		for j := 0; j < l.cfg.GroupSize; j++ {
 			rs = append(rs, store.NewRollout{ID: fmt.Sprintf("%s-r%d", group, j), GroupID: group, Task: task,
 				Mode: store.ModeTrain, Config: l.cfg.Rollout, Metadata: json.RawMessage(fmt.Sprintf(`{"step":%d}`, s))})
@@ -711,7 +711,7 @@ func (l *Loop) validate(ctx context.Context) (StepMetrics, error) {
 	}
 	var rs []store.NewRollout
 	for k, task := range l.val {
-		rs = append(rs, store.NewRollout{ID: fmt.Sprintf("%s-val-v%d-t%d", l.name, l.state.Version, k), Task: task,
+		rs = append(rs, store.NewRollout{ID: fmt.Sprintf("%s-val-v%d-t%d", store.IDSafe(l.name), l.state.Version, k), Task: task,
 			Mode: store.ModeVal, Config: l.cfg.Rollout, Metadata: json.RawMessage(fmt.Sprintf(`{"step":%d}`, l.state.Step))})
 	}
 	t0 := time.Now()

@@ -89,6 +89,12 @@ func redactURL(u string) string {
 	return u
 }
 
+// gatewayLimits maps the config's client limits onto the gateway's.
+func gatewayLimits(g config.Gateway) gateway.Limits {
+	return gateway.Limits{ReadHeaderTimeout: g.ReadHeaderTimeout, ReadBodyTimeout: g.ReadBodyTimeout, WriteTimeout: g.WriteTimeout,
+		IdleTimeout: g.IdleTimeout, MaxHeaderBytes: g.MaxHeaderBytes, MaxConns: g.MaxConns, MaxConnsPerIP: g.MaxConnsPerIP}
+}
+
 func newLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
@@ -124,7 +130,7 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	m := metrics.New(metrics.Options{Store: st, Runtime: true, CallsFromEvents: true})
 	st = m.WrapStore(st)
 	opt := gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
-		ReapInterval: c.Gateway.ReapInterval, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: m.Middleware}
+		ReapInterval: c.Gateway.ReapInterval, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: m.Middleware, Limits: gatewayLimits(c.Gateway)}
 	if l != nil {
 		opt.LLM = l.Proxy
 		if l.Engine != nil {

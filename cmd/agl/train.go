@@ -217,7 +217,8 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	gctx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopGateway()
-	srv := gateway.New(gateway.Options{Store: st, AdminKey: key, LLM: px, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: met.Middleware})
+	srv := gateway.New(gateway.Options{Store: st, AdminKey: key, LLM: px, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: met.Middleware,
+		MaxBodyBytes: c.Gateway.MaxBodyBytes, Limits: gatewayLimits(c.Gateway)})
 	srv.Handle("GET /metrics", met.Handler())
 	dashboard.New(dashboard.Options{Store: st, AdminKey: key, Status: srv.Status, Tokenizer: format.Tokenizer(), Logger: log}).Register(srv.Handle)
 	gwDone := make(chan error, 1)

@@ -52,7 +52,10 @@ func (s *Store) RegisterModel(ctx context.Context, m store.Model) (store.Model, 
 		}
 		v := m.Version
 		if v == 0 {
-			v = prev + 1
+			var err error
+			if v, err = store.NextModelVersion(m.Name, prev); err != nil {
+				return err
+			}
 		} else if v <= prev {
 			return store.Errorf(store.ErrConflict, "model %s: version %d does not exceed the latest version %d", m.Name, v, prev)
 		}

@@ -101,18 +101,19 @@ func TestCreateRolloutsInvalid(t *testing.T) {
 		{"negative timeout", store.NewRollout{Task: task(1), Config: store.RolloutConfig{TimeoutSeconds: -1}}, "must not be negative"},
 		{"nan unresponsive", store.NewRollout{Task: task(1), Config: store.RolloutConfig{UnresponsiveSeconds: math.NaN()}}, "unresponsive_seconds"},
 		{"negative attempts", store.NewRollout{Task: task(1), Config: store.RolloutConfig{MaxAttempts: -2}}, "must not be negative"},
-		{"long id", store.NewRollout{ID: strings.Repeat("x", 300), Task: task(1)}, "at most 200 bytes"},
-		{"nul id", store.NewRollout{ID: "a\x00b", Task: task(1)}, "NUL"},
-		{"bad utf8 group", store.NewRollout{GroupID: "\xff", Task: task(1)}, "UTF8"},
+		{"long id", store.NewRollout{ID: strings.Repeat("x", 300), Task: task(1)}, "1 to 200 bytes"},
+		{"nul id", store.NewRollout{ID: "a\x00b", Task: task(1)}, "outside the id alphabet"},
+		{"bad utf8 group", store.NewRollout{GroupID: "\xff", Task: task(1)}, "group_id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// A bad rollout fails the whole batch: nothing is created.
-			_, err := s.CreateRollouts(bg, []store.NewRollout{{ID: "ok-" + tc.name, Task: task(0)}, tc.nr})
+			ok := store.IDSafe("ok-" + tc.name)
+			_, err := s.CreateRollouts(bg, []store.NewRollout{{ID: ok, Task: task(0)}, tc.nr})
 			if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrInvalid mentioning %q", err, tc.want)
 			}
-			if _, err := s.GetRollout(bg, "ok-"+tc.name); !errors.Is(err, store.ErrNotFound) {
+			if _, err := s.GetRollout(bg, ok); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("batch not atomic: %v", err)
 			}
 		})

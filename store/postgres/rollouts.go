@@ -72,8 +72,6 @@ func validateNew(nr store.NewRollout) (store.NewRollout, error) {
 	}
 	c := nr.Config
 	switch {
-	case strings.ContainsRune(nr.ID, 0):
-		return nr, store.Errorf(store.ErrInvalid, "rollout id contains a NUL byte")
 	case bad(c.TimeoutSeconds), bad(c.UnresponsiveSeconds):
 		return nr, store.Errorf(store.ErrInvalid, "rollout %s: timeout_seconds and unresponsive_seconds must be finite numbers >= 0", nr.ID)
 	case c.MaxAttempts > math.MaxInt32:

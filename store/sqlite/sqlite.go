@@ -1211,7 +1211,11 @@ func (s *Store) RegisterModel(ctx context.Context, m store.Model) (store.Model, 
 			return fmt.Errorf("sqlite store: model version: %w", err)
 		}
 		if m.Version == 0 {
-			m.Version = last + 1
+			v, err := store.NextModelVersion(m.Name, last)
+			if err != nil {
+				return err
+			}
+			m.Version = v
 		} else if m.Version <= last {
 			return store.Errorf(store.ErrConflict, "model %s version %d is not above the latest %d", m.Name, m.Version, last)
 		}

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,8 @@ func Run(t *testing.T, open Opener) {
 	}{
 		{"CreateIdempotent", testCreateIdempotent},
 		{"CreateInvalid", testCreateInvalid},
+		{"IDsAndText", testIDsAndText},
+		{"ModelVersionExhausted", testModelVersionExhausted},
 		{"ListFiltersAndPaging", testList},
 		{"ClaimLifecycle", testClaimLifecycle},
 		{"ClaimModeFilter", testClaimMode},
@@ -147,6 +151,91 @@ func testCreateInvalid(t *testing.T, s store.Store) {
 	// A batch with a bad member creates nothing.
 	_, err := s.GetRollout(c, "ok")
 	wantErr(t, err, store.ErrNotFound)
+}
+
+// testIDsAndText: ids outside the id alphabet and text that is not valid
+// UTF-8 are refused with ErrInvalid naming the field, on every write;
+// ids of the whole alphabet (and those the trainer and Agent Lightning
+// generate) are accepted and round-trip.
+func testIDsAndText(t *testing.T, s store.Store) {
+	c := ctx(t)
+	bad := "\xff\xfe"
+	refused := []struct {
+		name, mention string
+		write         func() error
+	}{
+		{"slash in id", "rollout id", func() error { _, err := s.CreateRollouts(c, []store.NewRollout{{ID: "a/b"}}); return err }},
+		{"space in id", "rollout id", func() error { _, err := s.CreateRollouts(c, []store.NewRollout{{ID: "a b"}}); return err }},
+		{"percent in id", "rollout id", func() error { _, err := s.CreateRollouts(c, []store.NewRollout{{ID: "a%2Fb"}}); return err }},
+		{"query in id", "rollout id", func() error { _, err := s.CreateRollouts(c, []store.NewRollout{{ID: "a?b"}}); return err }},
+		{"dot-dot id", "rollout id", func() error { _, err := s.CreateRollouts(c, []store.NewRollout{{ID: ".."}}); return err }},
+		{"non-ASCII id", "rollout id", func() error { _, err := s.CreateRollouts(c, []store.NewRollout{{ID: "rollé"}}); return err }},
+		{"long id", "rollout id", func() error {
+			_, err := s.CreateRollouts(c, []store.NewRollout{{ID: strings.Repeat("x", store.MaxIDLen+1)}})
+			return err
+		}},
+		{"slash in group", "group_id", func() error { _, err := s.CreateRollouts(c, []store.NewRollout{{ID: "g", GroupID: "x/y"}}); return err }},
+		{"task not UTF-8", "task", func() error {
+			_, err := s.CreateRollouts(c, []store.NewRollout{{ID: "t", Task: json.RawMessage(`"` + bad + `"`)}})
+			return err
+		}},
+		{"metadata not UTF-8", "metadata", func() error {
+			_, err := s.CreateRollouts(c, []store.NewRollout{{ID: "m", Metadata: json.RawMessage(`{"k":"` + bad + `"}`)}})
+			return err
+		}},
+		{"model metadata not UTF-8", "metadata", func() error {
+			_, err := s.RegisterModel(c, store.Model{Name: "m", Metadata: json.RawMessage(`{"k":"` + bad + `"}`)})
+			return err
+		}},
+		{"train metrics not UTF-8", "UTF-8", func() error {
+			return s.PutTrainStep(c, store.TrainStep{Run: "r", Mode: store.ModeTrain, Metrics: json.RawMessage(`{"k":"` + bad + `"}`)})
+		}},
+	}
+	for _, tc := range refused {
+		err := tc.write()
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), tc.mention) {
+			t.Errorf("%s: err = %v, want ErrInvalid naming %q", tc.name, err, tc.mention)
+		}
+	}
+	if rs, _ := must2(s.ListRollouts(c, store.RolloutFilter{})); len(rs) != 0 {
+		t.Fatalf("refused writes created %v", ids(rs))
+	}
+	accepted := []string{"ro-6f1c2d", "ro_3f2a", "agl-s12-t3-r7~1", "agl-val-v2-t0", "A.z_0~9:-x", "...", store.IDSafe("Qwen/Qwen3 0.6B") + "-s1-t0-r0", strings.Repeat("y", store.MaxIDLen)}
+	for _, id := range accepted {
+		if r := create(t, s, store.NewRollout{ID: id, GroupID: id}); r[0].ID != id || r[0].GroupID != id {
+			t.Errorf("id %q came back as %q (group %q)", id, r[0].ID, r[0].GroupID)
+		}
+	}
+	cl := claim(t, s)
+	for _, tc := range []struct {
+		name string
+		ev   store.NewEvent
+	}{
+		{"type", store.NewEvent{Type: "log" + bad}},
+		{"data", store.NewEvent{Type: "log", Data: json.RawMessage(`"` + bad + `"`)}},
+	} {
+		_, err := s.AppendEvents(c, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{tc.ev})
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("event %s not UTF-8: err = %v", tc.name, err)
+		}
+	}
+	if evs := must(s.ListEvents(c, store.EventFilter{RolloutID: cl.Rollout.ID})); len(evs) != 0 {
+		t.Errorf("refused events stored: %+v", evs)
+	}
+}
+
+// testModelVersionExhausted: after version MaxInt64 a registration
+// without a version is refused, never given a wrapped negative version.
+func testModelVersionExhausted(t *testing.T, s store.Store) {
+	c := ctx(t)
+	must(s.RegisterModel(c, store.Model{Name: "m", Version: math.MaxInt64}))
+	_, err := s.RegisterModel(c, store.Model{Name: "m"})
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "version") {
+		t.Fatalf("next version after MaxInt64: %v, want ErrInvalid", err)
+	}
+	if ms := must(s.ListModels(c, "m")); len(ms) != 1 || ms[0].Version != math.MaxInt64 {
+		t.Errorf("models %+v", ms)
+	}
 }
 
 func testList(t *testing.T, s store.Store) {
