@@ -509,12 +509,26 @@ func closeAll(fs ...*os.File) {
 	}
 }
 
+// inheritedSecret names variables of the controller's own environment that
+// the harness never inherits: the admin key, the store's URL (it may hold a
+// database password) and provider credentials that would travel next to the
+// scoped key (an SDK sending ANTHROPIC_AUTH_TOKEN as a bearer beside the
+// scoped x-api-key is refused by the gateway as two different keys). The
+// scoped keys themselves are set below.
+func inheritedSecret(name string) bool {
+	switch name {
+	case "AGL_ADMIN_KEY", "AGL_STORE_URL", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY":
+		return true
+	}
+	return false
+}
+
 // env builds the harness environment.
 func (c *runner) env(claim store.Claim, rewardPath string) []string {
 	base := c.cfg.GatewayURL + "/r/" + url.PathEscape(claim.Rollout.ID) + "/" + url.PathEscape(claim.Attempt.ID)
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "AGL_ADMIN_KEY=") {
+		if k, _, _ := strings.Cut(kv, "="); inheritedSecret(k) {
 			continue
 		}
 		env = append(env, kv)

@@ -304,6 +304,8 @@ func fmtPtr(f *float64) string {
 // key; its stdout and stderr tails become log events.
 func TestEnvContract(t *testing.T) {
 	t.Setenv("AGL_ADMIN_KEY", adminKey)
+	t.Setenv("AGL_STORE_URL", "postgres://agl:secret@db/agl")
+	t.Setenv("ANTHROPIC_AUTH_TOKEN", "sk-ant-real")
 	e := newEnv(t, -1)
 	ids := e.create(t, 1, store.RolloutConfig{}, `{"q":"2+2"}`)
 	cfg := e.config("sh", "reward_file.sh")
@@ -321,7 +323,7 @@ func TestEnvContract(t *testing.T) {
 	for _, want := range []string{
 		"base=" + base + "/v1\n", "anthropic=" + base + "\n", "events=" + base + "/events\n",
 		`task={"q":"2+2"}` + "\n", "ids=" + r.ID + "/" + aid + " mode=train\n",
-		"admin=none extra=yes\n", "pwd=" + dir + "\n",
+		"admin=none extra=yes\n", "store=none token=none\n", "pwd=" + dir + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout log lacks %q:\n%s", want, out)

@@ -8,6 +8,7 @@ echo "task=$AGL_TASK"
 echo "events=$AGL_EVENTS_URL"
 echo "ids=$AGL_ROLLOUT_ID/$AGL_ATTEMPT_ID mode=$AGL_MODE"
 echo "admin=${AGL_ADMIN_KEY:-none} extra=$EXTRA"
+echo "store=${AGL_STORE_URL:-none} token=${ANTHROPIC_AUTH_TOKEN:-none}"
 echo "pwd=$(pwd)"
 echo "to stderr" >&2
 # Proves the key works for this attempt: an event posted with it.
