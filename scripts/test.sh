@@ -6,4 +6,10 @@
 # checkptr is off because GoMLX's pure-Go matmul trips it under -race.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The real-CLI tests run the pinned Claude Code and Codex from npm
+# (scripts/install-clis.sh; a no-op once installed). Without npm they skip,
+# unless AGL_REQUIRE_CLIS=1 (CI) makes that a failure.
+if command -v npm >/dev/null 2>&1; then
+	scripts/install-clis.sh || echo "test.sh: could not install the harness CLIs; their tests skip" >&2
+fi
 exec scripts/with-postgres.sh go test -race -gcflags=all=-d=checkptr=0 -timeout 20m "$@" ./...
