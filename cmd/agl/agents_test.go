@@ -68,18 +68,8 @@ func TestTrainMultiAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
-		t.Fatalf("model init: %v\n%s", err, out.String())
-	}
-	var tasks strings.Builder
-	for i := 0; i < 6; i++ {
-		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
-	}
-	harness, err := filepath.Abs("testdata/agents_harness.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := fmt.Sprintf(`data_dir: run
+	cfgPath := trainDir(t, ctx, dir, "testdata/agents_harness.py", 6, func(harness string) string {
+		return fmt.Sprintf(`data_dir: run
 engine:
   model_dir: model
 proxy:
@@ -98,14 +88,7 @@ trainer:
   train_agents: [writer, rewriter]
   rollout: {timeout_seconds: 60, max_attempts: 2}
 `, harness)
-	cfgPath := filepath.Join(dir, "agl.yaml")
-	if err := os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(tasks.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out.Reset()
+	})
 	if err := run(ctx, []string{"train", cfgPath}, &out, &out); err != nil {
 		t.Fatalf("train: %v\n%s", err, out.String())
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,18 +34,8 @@ func authorityGateway(t *testing.T) (bin, url string, c *api.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, vllmAnswer)
-	}))
-	t.Cleanup(up.Close)
 	dataDir, addr := t.TempDir(), freeAddr(t)
-	cfg := filepath.Join(dataDir, "agl.yaml")
-	yml := "gateway:\n  max_abs_reward: 1000\nengine:\n  upstream:\n    models:\n      - name: m\n        endpoints: [\"" + up.URL + "/v1\"]\n"
-	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := upstreamConfig(t, dataDir, "gateway:\n  max_abs_reward: 1000\n")
 	gw := startGateway(t, bin, dataDir, addr, "--config", cfg)
 	t.Cleanup(func() { gw.Process.Signal(syscall.SIGTERM); gw.Wait() })
 	url = "http://" + addr

@@ -165,6 +165,26 @@ const vllmAnswer = `{"id":"up","object":"chat.completion","created":1,"model":"m
 	`"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"logprobs":{"content":[{"token":"ok","logprob":-0.5}]},` +
 	`"finish_reason":"stop","token_ids":[7]}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`
 
+// upstreamConfig starts a loopback upstream that answers every call with
+// vllmAnswer and writes dir/agl.yaml: extra YAML (top-level sections), then
+// an engine section naming that upstream as model "m". It returns the
+// config's path.
+func upstreamConfig(t *testing.T, dir, extra string) string {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, vllmAnswer)
+	}))
+	t.Cleanup(up.Close)
+	cfg := filepath.Join(dir, "agl.yaml")
+	yml := extra + "engine:\n  upstream:\n    models:\n      - name: m\n        endpoints: [\"" + up.URL + "/v1\"]\n"
+	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // TestCrashSafetyModelCalls kills a real gateway with SIGKILL while
 // harnesses make model calls through it (events recorded by the gateway,
 // in shared transactions); after a restart the model_request event of
@@ -177,17 +197,8 @@ func TestCrashSafetyModelCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, vllmAnswer)
-	}))
-	defer up.Close()
 	dataDir, addr := t.TempDir(), freeAddr(t)
-	cfg := filepath.Join(dataDir, "agl.yaml")
-	if err := os.WriteFile(cfg, []byte("engine:\n  upstream:\n    models:\n      - name: m\n        endpoints: [\""+up.URL+"/v1\"]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := upstreamConfig(t, dataDir, "")
 	gw := startGateway(t, bin, dataDir, addr, "--config", cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,16 +23,7 @@ import (
 // upstream, claims n rollouts, and returns the claims and the config path.
 func callingGateway(t *testing.T, bin, dataDir, addr string, n int) (*exec.Cmd, []store.Claim, string) {
 	t.Helper()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, vllmAnswer)
-	}))
-	t.Cleanup(up.Close)
-	cfg := filepath.Join(t.TempDir(), "agl.yaml")
-	if err := os.WriteFile(cfg, []byte("engine:\n  upstream:\n    models:\n      - name: m\n        endpoints: [\""+up.URL+"/v1\"]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := upstreamConfig(t, t.TempDir(), "")
 	gw := startGateway(t, bin, dataDir, addr, "--config", cfg)
 	c := api.NewClient("http://"+addr, "crash-key")
 	ctx := context.Background()

@@ -28,15 +28,22 @@ import (
 // config from the harness's absolute path. It returns the config's path.
 func letterTrainDir(t *testing.T, ctx context.Context, dir string, config func(harness string) string) string {
 	t.Helper()
+	return trainDir(t, ctx, dir, "testdata/letter_harness.py", 10, config)
+}
+
+// trainDir is letterTrainDir for any harness under testdata and n letter
+// tasks.
+func trainDir(t *testing.T, ctx context.Context, dir, harnessPath string, n int, config func(harness string) string) string {
+	t.Helper()
 	var out bytes.Buffer
 	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
 		t.Fatalf("model init: %v\n%s", err, out.String())
 	}
 	var tasks strings.Builder
-	for i := 0; i < 10; i++ {
+	for i := 0; i < n; i++ {
 		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
 	}
-	harness, err := filepath.Abs("testdata/letter_harness.py")
+	harness, err := filepath.Abs(harnessPath)
 	if err != nil {
 		t.Fatal(err)
 	}
