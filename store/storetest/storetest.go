@@ -54,6 +54,7 @@ func Run(t *testing.T, open Opener) {
 		{"BadAppendFailsAlone", testBadAppendFailsAlone},
 		{"RecordedEvents", testRecordedEvents},
 		{"RecordsRacingCompletion", testRecordsRacingCompletion},
+		{"LateWriter", testLateWriter},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
