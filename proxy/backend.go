@@ -92,3 +92,6 @@ type Result struct {
 
 	PromptTokens, CompletionTokens int
 }
+
+// ModelName is the name of the model the proxy's backend serves.
+func (p *Proxy) ModelName() string { return p.backend.ModelName() }

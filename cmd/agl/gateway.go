@@ -128,6 +128,7 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	m := metrics.New(metrics.Options{Store: st, Runtime: true, CallsFromEvents: true})
+	raw := st
 	st = m.WrapStore(st)
 	opt := gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
 		ReapInterval: c.Gateway.ReapInterval, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: m.Middleware, Limits: gatewayLimits(c.Gateway)}
@@ -141,6 +142,9 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	srv := gateway.New(opt)
 	srv.Handle("GET /metrics", m.Handler())
+	if err := mountAL(c, srv, st, raw, l, log); err != nil {
+		return err
+	}
 	var tok dashboard.Decoder
 	if l != nil && l.Format != nil {
 		tok = l.Format.Tokenizer()

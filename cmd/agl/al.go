@@ -1,0 +1,33 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/gateway/al"
+	"github.com/aglrl/agl/store"
+)
+
+// mountAL serves Agent Lightning v1.0's gateway API (the config's `al:`
+// section) on srv. raw is the store before any wrapping (its optional
+// interfaces); l may be nil (no engine: the agent route answers 503).
+func mountAL(c config.Config, srv *gateway.Server, st, raw store.Store, l *llm, log *slog.Logger) error {
+	var ac al.Config
+	if err := c.Section("al", &ac); err != nil {
+		return err
+	}
+	if !ac.Enabled() {
+		return nil
+	}
+	opt := al.Options{Config: ac, Store: st, IsAdmin: srv.IsAdmin, MaxAbsReward: c.Gateway.MaxAbsReward, Notify: srv.Notify, Logger: log}
+	opt.Late, _ = raw.(store.LateWriter)
+	if l != nil {
+		opt.LLM = l.Proxy
+		opt.DefaultModel = l.Proxy.ModelName()
+	}
+	h := al.New(opt)
+	srv.Handle(h.Prefix()+"/", http.StripPrefix(h.Prefix(), h))
+	return nil
+}

@@ -1,0 +1,387 @@
+package al
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/store"
+)
+
+// Event is AL's Event.
+type Event struct {
+	EventType string         `json:"event_type"`
+	RolloutID string         `json:"rollout_id"`
+	AttemptID string         `json:"attempt_id"`
+	Timestamp float64        `json:"timestamp"`
+	Data      map[string]any `json:"data"`
+}
+
+// alSourceKey holds the "source" of a reward AL's side posted: in agl a
+// reward's source is what the controller sets (evaluator, reward file),
+// which a harness may not claim; AL's RewardData.source is free text.
+const alSourceKey = "al_source"
+
+// toEvent renders an agl event as AL's (attempt "0").
+func toEvent(ev store.Event) Event {
+	out := Event{EventType: ev.Type, RolloutID: ev.RolloutID, AttemptID: DefaultAttemptID, Timestamp: seconds(ev.Time)}
+	if ev.Type == store.EventModelRequest {
+		var mc api.ModelCall
+		if err := json.Unmarshal(ev.Data, &mc); err == nil {
+			out.Data = modelRequestData(mc)
+			return out
+		}
+	}
+	var data any
+	dec := json.NewDecoder(bytes.NewReader(ev.Data))
+	dec.UseNumber()
+	if err := dec.Decode(&data); err != nil {
+		data = nil
+	}
+	m, ok := data.(map[string]any)
+	if !ok {
+		m = map[string]any{"value": data}
+	}
+	if s, ok := m[alSourceKey]; ok && ev.Type == store.EventReward {
+		if _, has := m["source"]; !has {
+			m["source"] = s
+		}
+		delete(m, alSourceKey)
+	}
+	out.Data = m
+	return out
+}
+
+// modelRequestData is AL's ModelRequestData for an agl model call, with
+// the vLLM fields AL's triplet view reads put where vLLM puts them:
+// prompt_token_ids at the top of a chat completion (per choice for a
+// completion), and each choice's token_ids and logprobs.
+func modelRequestData(mc api.ModelCall) map[string]any {
+	var resp map[string]any
+	if dec := json.NewDecoder(bytes.NewReader(mc.Response)); dec.Decode(&resp) != nil || resp == nil {
+		resp = map[string]any{}
+	}
+	var req any = map[string]any{}
+	if len(mc.Request) > 0 {
+		_ = json.Unmarshal(mc.Request, &req)
+	}
+	var finish any
+	if choices, ok := resp["choices"].([]any); ok && len(choices) > 0 {
+		if c0, ok := choices[0].(map[string]any); ok {
+			if !mc.NoTokenIDs {
+				c0["token_ids"] = ints(mc.ResponseIDs)
+				lps := make([]any, len(mc.ResponseLogprobs))
+				for i, lp := range mc.ResponseLogprobs {
+					lps[i] = float64(lp)
+				}
+				if mc.API == api.ShapeCompletions {
+					c0["prompt_token_ids"] = ints(mc.PromptIDs)
+					c0["logprobs"] = map[string]any{"token_logprobs": lps}
+				} else {
+					content := make([]any, len(lps))
+					for i, lp := range lps {
+						content[i] = map[string]any{"logprob": lp}
+					}
+					c0["logprobs"] = map[string]any{"content": content}
+				}
+			}
+			if s, ok := c0["finish_reason"].(string); ok && s != "" {
+				finish = s
+			}
+		}
+	}
+	if !mc.NoTokenIDs && mc.API != api.ShapeCompletions {
+		resp["prompt_token_ids"] = ints(mc.PromptIDs)
+	}
+	var usage any
+	if u, ok := resp["usage"].(map[string]any); ok {
+		usage = u
+	}
+	return map[string]any{
+		"model":         mc.Model,
+		"model_version": mc.ModelVersion,
+		"request":       req,
+		"response":      resp,
+		"server":        map[string]any{"model": mc.Model, "version": mc.ModelVersion},
+		"latency_ms":    mc.LatencyMS,
+		"http_status":   http.StatusOK,
+		"status":        "ok",
+		"retry_count":   mc.Retries,
+		"usage":         usage,
+		"finish_reason": finish,
+		"call_id":       mc.CallID,
+	}
+}
+
+func ints(ids []int32) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+// trimModelRequest is AL's _trim_model_request.
+func trimModelRequest(data map[string]any) map[string]any {
+	prompt, response := []any{}, []any{}
+	var logprobs any
+	switch resp := data["response"].(type) {
+	case map[string]any:
+		if p, ok := resp["prompt_token_ids"].([]any); ok {
+			prompt = p
+		}
+		if choices, ok := resp["choices"].([]any); ok && len(choices) > 0 {
+			c0, _ := choices[0].(map[string]any)
+			if len(prompt) == 0 {
+				if p, ok := c0["prompt_token_ids"].([]any); ok {
+					prompt = p
+				}
+			}
+			if t, ok := c0["token_ids"].([]any); ok {
+				response = t
+			}
+			if lps := choiceLogprobs(c0); lps != nil {
+				logprobs = lps
+			}
+		}
+	case []any:
+		for _, chunk := range resp {
+			c, _ := chunk.(map[string]any)
+			if p, ok := c["prompt_token_ids"].([]any); ok && len(prompt) == 0 && len(p) > 0 {
+				prompt = p
+			}
+			if choices, ok := c["choices"].([]any); ok && len(choices) > 0 {
+				c0, _ := choices[0].(map[string]any)
+				if t, ok := c0["token_ids"].([]any); ok {
+					response = append(response, t...)
+				}
+			}
+		}
+	}
+	srv, _ := data["server"].(map[string]any)
+	out := map[string]any{
+		"prompt_token_ids":   prompt,
+		"response_token_ids": response,
+		"response_log_probs": logprobs,
+		"server":             map[string]any{"model": srv["model"], "version": srv["version"]},
+	}
+	for _, k := range []string{"http_status", "status"} {
+		if v, ok := data[k]; ok {
+			out[k] = v
+		}
+	}
+	if resp, ok := data["response"].(map[string]any); ok {
+		if e, ok := resp["error"]; ok {
+			out["error"] = e
+		}
+	}
+	return out
+}
+
+// choiceLogprobs is AL's _extract_choice_log_probs: nil when missing or
+// not all finite numbers.
+func choiceLogprobs(c map[string]any) []any {
+	lp, ok := c["logprobs"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	var raw []any
+	if content, ok := lp["content"].([]any); ok {
+		for _, item := range content {
+			m, ok := item.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v, ok := m["logprob"]
+			if !ok {
+				return nil
+			}
+			raw = append(raw, v)
+		}
+	} else if tl, ok := lp["token_logprobs"].([]any); ok {
+		raw = tl
+	} else {
+		return nil
+	}
+	out := make([]any, 0, len(raw))
+	for _, v := range raw {
+		var f float64
+		switch x := v.(type) {
+		case float64:
+			f = x
+		case json.Number:
+			var err error
+			if f, err = x.Float64(); err != nil {
+				return nil
+			}
+		default:
+			return nil
+		}
+		if math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// trimReward is AL's _trim_reward.
+func trimReward(data map[string]any) map[string]any {
+	out := map[string]any{"value": data["value"]}
+	for _, k := range []string{"source", "reason"} {
+		if v, ok := data[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// triplets is AL's ?format=triplet: trimmed model_request and reward
+// events, and of model_request events with identical prompt ids only the
+// last, at its own position.
+func triplets(evs []Event) []Event {
+	for i := range evs {
+		switch evs[i].EventType {
+		case store.EventModelRequest:
+			evs[i].Data = trimModelRequest(evs[i].Data)
+		case store.EventReward:
+			evs[i].Data = trimReward(evs[i].Data)
+		}
+	}
+	last := map[string]int{}
+	for i, e := range evs {
+		if e.EventType == store.EventModelRequest {
+			last[promptKey(e.Data["prompt_token_ids"])] = i
+		}
+	}
+	out := evs[:0]
+	for i, e := range evs {
+		if e.EventType != store.EventModelRequest || last[promptKey(e.Data["prompt_token_ids"])] == i {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func promptKey(v any) string {
+	ids, ok := v.([]any)
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(strings.TrimSpace(jsonText(id)))
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	ro, err := h.visible(ctx, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	out := []Event{}
+	at, ok := attemptOf(ro, DefaultAttemptID)
+	if ok {
+		f := store.EventFilter{RolloutID: ro.ID, AttemptID: at.ID}
+		if t, ok := q["event_type"]; ok {
+			f.Types = []string{t[0]}
+		}
+		evs, err := h.opt.Store.ListEvents(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if ev.Type != deletedEvent {
+				out = append(out, toEvent(ev))
+			}
+		}
+	}
+	if q.Get("format") == "triplet" {
+		out = triplets(out)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		EventType *string         `json:"event_type"`
+		Data      json.RawMessage `json:"data"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		return err
+	}
+	if body.EventType == nil {
+		return validation([]any{"body", "event_type"}, "Field required")
+	}
+	data := map[string]any{}
+	if len(body.Data) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body.Data))
+		dec.UseNumber()
+		if err := dec.Decode(&data); err != nil || data == nil {
+			return validation([]any{"body", "data"}, "Input should be a valid dictionary")
+		}
+	}
+	ctx := r.Context()
+	ro, err := h.visible(ctx, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	aid := r.PathValue("aid")
+	at, ok := attemptOf(ro, aid)
+	if !ok {
+		if len(ro.Attempts) == 0 {
+			return detailf(http.StatusConflict, "Rollout %s has not started: agl keeps events per attempt, and it has none yet", ro.ID)
+		}
+		return detailf(http.StatusNotFound, "Attempt %s of rollout %s not found", aid, ro.ID)
+	}
+	if s, ok := data["source"]; ok && *body.EventType == store.EventReward {
+		data[alSourceKey] = s
+		delete(data, "source")
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	admin := h.opt.IsAdmin == nil || h.opt.IsAdmin(r)
+	evs := []store.NewEvent{{Type: *body.EventType, Data: raw}}
+	if fe := api.CheckEvents(evs, !admin, h.opt.MaxAbsReward); fe != nil {
+		status := fe.Status
+		if status == http.StatusBadRequest {
+			status = http.StatusUnprocessableEntity
+		}
+		return &httpError{Status: status, Detail: strings.Replace(fe.Field, "events[0]", "body", 1) + ": " + fe.Message}
+	}
+	var stored []store.Event
+	if at.Status == store.AttemptRunning {
+		stored, err = h.opt.Store.AppendEvents(ctx, ro.ID, at.ID, evs)
+	}
+	if at.Status != store.AttemptRunning || (err != nil && admin && isConflict(err)) {
+		if !admin || h.opt.Late == nil {
+			return detailf(http.StatusConflict, "attempt %s of rollout %s has ended: events are closed", aid, ro.ID)
+		}
+		stored, err = h.opt.Late.AppendLateEvents(ctx, ro.ID, at.ID, evs)
+	}
+	if err != nil {
+		return err
+	}
+	ev := toEvent(stored[0])
+	ev.AttemptID = aid
+	writeJSON(w, http.StatusOK, ev)
+	return nil
+}
+
+func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }

@@ -1,0 +1,124 @@
+package al
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+
+	"github.com/aglrl/agl/store"
+)
+
+// Model is AL's Model: one inference endpoint of a model.
+type Model struct {
+	Model    string `json:"model"`
+	Endpoint string `json:"endpoint"`
+	Version  int64  `json:"version"`
+}
+
+// modelSource marks the versions this API registered.
+var modelSource = json.RawMessage(`{"source":"agent-lightning"}`)
+
+// registerModels upserts AL's (model, endpoint) pairs into agl's model
+// registry: per model, a new version whose endpoints are the latest
+// version's plus the new ones (the version AL sent when it exceeds the
+// latest, else the next one); nothing is registered when nothing changed.
+func (h *Handler) registerModels(w http.ResponseWriter, r *http.Request) error {
+	var body []*struct {
+		Model    *string `json:"model"`
+		Endpoint *string `json:"endpoint"`
+		Version  *int64  `json:"version"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		return err
+	}
+	out := make([]Model, 0, len(body))
+	var names []string
+	for i, m := range body {
+		switch {
+		case m == nil:
+			return validation([]any{"body", i}, "Input should be a valid dictionary or object to extract fields from")
+		case m.Model == nil:
+			return validation([]any{"body", i, "model"}, "Field required")
+		case m.Endpoint == nil:
+			return validation([]any{"body", i, "endpoint"}, "Field required")
+		}
+		am := Model{Model: *m.Model, Endpoint: *m.Endpoint}
+		if m.Version != nil {
+			am.Version = *m.Version
+		}
+		out = append(out, am)
+		if !slices.Contains(names, am.Model) {
+			names = append(names, am.Model)
+		}
+	}
+	ctx := r.Context()
+	for _, name := range names {
+		latest, err := h.latest(r, name)
+		if err != nil {
+			return err
+		}
+		eps := slices.Clone(latest.Endpoints)
+		var version int64
+		for _, m := range out {
+			if m.Model != name {
+				continue
+			}
+			if !slices.Contains(eps, m.Endpoint) {
+				eps = append(eps, m.Endpoint)
+			}
+			version = max(version, m.Version)
+		}
+		slices.Sort(eps)
+		if latest.Name != "" && slices.Equal(eps, sorted(latest.Endpoints)) && version <= latest.Version {
+			continue
+		}
+		if version <= latest.Version {
+			version = 0 // the store assigns latest+1
+		}
+		if _, err := h.opt.Store.RegisterModel(ctx, store.Model{Name: name, Version: version, Endpoints: eps, Metadata: modelSource}); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// latest returns a model's newest version (zero when it has none).
+func (h *Handler) latest(r *http.Request, name string) (store.Model, error) {
+	ms, err := h.opt.Store.ListModels(r.Context(), name)
+	if err != nil || len(ms) == 0 {
+		return store.Model{}, err
+	}
+	return slices.MaxFunc(ms, func(a, b store.Model) int { return int(a.Version - b.Version) }), nil
+}
+
+// deleteModels is AL's DELETE /api/models: agl's registry keeps every
+// version, so each model with endpoints gets a new version without any.
+func (h *Handler) deleteModels(w http.ResponseWriter, r *http.Request) error {
+	ms, err := h.opt.Store.ListModels(r.Context(), "")
+	if err != nil {
+		return err
+	}
+	newest := map[string]store.Model{}
+	for _, m := range ms {
+		if cur, ok := newest[m.Name]; !ok || m.Version > cur.Version {
+			newest[m.Name] = m
+		}
+	}
+	for _, m := range newest {
+		if len(m.Endpoints) == 0 {
+			continue
+		}
+		if _, err := h.opt.Store.RegisterModel(r.Context(), store.Model{Name: m.Name, Weights: m.Weights, Metadata: modelSource}); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}

@@ -1,0 +1,173 @@
+package al
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/aglrl/agl/store"
+)
+
+// pauseBody is AL's PauseRequest.
+type pauseBody struct {
+	RetryAfterSeconds *int    `json:"retry_after_seconds"`
+	Reason            *string `json:"reason"`
+}
+
+// pauseView is AL's PauseStateResponse.
+type pauseView struct {
+	Paused            bool    `json:"paused"`
+	RetryAfterSeconds int     `json:"retry_after_seconds"`
+	Reason            *string `json:"reason"`
+	Inflight          int     `json:"inflight"`
+}
+
+func (p *pauseState) view() pauseView {
+	return pauseView{Paused: p.paused, RetryAfterSeconds: p.retryAfter, Reason: p.reason, Inflight: p.inflight}
+}
+
+// pauseProxy stops new agent calls (429) while those past the pause check
+// drain; inflight counts them.
+func (h *Handler) pauseProxy(w http.ResponseWriter, r *http.Request) error {
+	var body pauseBody
+	if err := decodeBody(r, &body); err != nil {
+		return err
+	}
+	p := &h.pause
+	p.mu.Lock()
+	p.paused = true
+	p.retryAfter = 5
+	if body.RetryAfterSeconds != nil {
+		p.retryAfter = *body.RetryAfterSeconds
+	}
+	p.reason = body.Reason
+	v := p.view()
+	p.mu.Unlock()
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (h *Handler) resumeProxy(w http.ResponseWriter, r *http.Request) error {
+	p := &h.pause
+	p.mu.Lock()
+	p.paused = false
+	p.reason = nil
+	v := p.view()
+	p.mu.Unlock()
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (h *Handler) proxyState(w http.ResponseWriter, r *http.Request) error {
+	p := &h.pause
+	p.mu.Lock()
+	v := p.view()
+	p.mu.Unlock()
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// admit is AL's pause check: false (with the answer written) while paused,
+// else the call counts as in flight until release.
+func (h *Handler) admit(w http.ResponseWriter) bool {
+	p := &h.pause
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused {
+		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+		w.Header().Set("X-Agl-Paused", "true")
+		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": "gateway paused", "reason": p.reason})
+		return false
+	}
+	p.inflight++
+	return true
+}
+
+func (h *Handler) release() {
+	p := &h.pause
+	p.mu.Lock()
+	p.inflight = max(0, p.inflight-1)
+	p.mu.Unlock()
+}
+
+// agentCall is AL's LLM route, answered by agl's proxy for the rollout's
+// running attempt. Outcomes in AL's order: 401 (authorize), 404 mode,
+// 404 path, 404 rollout, 503 no proxy, 400 bad JSON, 503 no server for
+// the configured model, 429 paused, 400 stream; then the call, with the
+// configured model and the mode's temperature forced (agl records the
+// token ids and log-probs AL asks vLLM for itself).
+func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
+	mode, path := r.PathValue("mode"), r.PathValue("path")
+	if mode != "train" && mode != "val" {
+		return detailf(http.StatusNotFound, "Unsupported proxy mode: %s", mode)
+	}
+	if path != "chat/completions" && path != "completions" {
+		return detailf(http.StatusNotFound, "Unsupported upstream path: %s", path)
+	}
+	ctx := r.Context()
+	ro, err := h.visible(ctx, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if h.opt.LLM == nil {
+		return detailf(http.StatusServiceUnavailable, "Proxy not configured")
+	}
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if asMaxBytes(err, &mbe) {
+			return detailf(http.StatusRequestEntityTooLarge, "request body over %d bytes", mbe.Limit)
+		}
+		return detailf(http.StatusBadRequest, "read request body: %v", err)
+	}
+	body := map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if err := json.Unmarshal(raw, &body); err != nil {
+			var v any
+			if json.Unmarshal(raw, &v) == nil {
+				return detailf(http.StatusBadRequest, "Request body must be a JSON object")
+			}
+			return detailf(http.StatusBadRequest, "Invalid JSON in request body")
+		}
+	}
+	name := h.cfg.ModelName
+	m, err := h.latest(r, name)
+	if err != nil {
+		return err
+	}
+	if name == "" || len(m.Endpoints) == 0 {
+		return detailf(http.StatusServiceUnavailable, "No servers available for model '%s'", name)
+	}
+	temp := *h.cfg.Train.Temperature
+	if mode == "val" {
+		temp = *h.cfg.Val.Temperature
+	}
+	body["model"], _ = json.Marshal(name)
+	body["temperature"], _ = json.Marshal(temp)
+	for _, k := range []string{"return_token_ids", "logprobs", "top_logprobs"} {
+		delete(body, k)
+	}
+	if !h.admit(w) {
+		return nil
+	}
+	defer h.release()
+	if s, ok := body["stream"]; ok && !bytes.Equal(s, []byte("false")) && !bytes.Equal(s, []byte("null")) {
+		return detailf(http.StatusBadRequest, "Streaming responses are not supported")
+	}
+	at, ok := attemptOf(ro, r.PathValue("aid"))
+	if !ok || at.Status != store.AttemptRunning {
+		return detailf(http.StatusConflict, "Rollout %s has no running attempt %s", ro.ID, r.PathValue("aid"))
+	}
+	prepared, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	r2 := r.Clone(ctx)
+	r2.Body = io.NopCloser(bytes.NewReader(prepared))
+	r2.ContentLength = int64(len(prepared))
+	r2.Header.Set("Content-Type", "application/json")
+	h.opt.LLM.ServeTrusted(w, r2, ro.ID, at.ID, "v1/"+path)
+	return nil
+}

@@ -1,0 +1,589 @@
+package al
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/aglrl/agl/store"
+)
+
+// AL's rollout states.
+const (
+	StateQueuing   = "queuing"
+	StateRunning   = "running"
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+)
+
+// LocalConfig is AL's RolloutLocalConfig.
+type LocalConfig struct {
+	AgentClass *string           `json:"agent_class"`
+	EnvMap     map[string]string `json:"env_map"`
+}
+
+// K8sConfig is AL's RolloutK8sConfig.
+type K8sConfig struct {
+	JobTemplate *string `json:"job_template"`
+}
+
+// RolloutConfig is AL's controller-facing rollout config.
+type RolloutConfig struct {
+	TimeoutSeconds int          `json:"timeout_seconds"`
+	Local          *LocalConfig `json:"local"`
+	K8s            *K8sConfig   `json:"k8s"`
+}
+
+// Status is AL's RolloutLifecycleStatus.
+type Status struct {
+	State         string  `json:"state"`
+	K8sJobName    *string `json:"k8s_job_name"`
+	LastAttemptID *string `json:"last_attempt_id"`
+	ErrorMessage  *string `json:"error_message"`
+	Version       int     `json:"version"`
+	CreatedAt     float64 `json:"created_at"`
+	UpdatedAt     float64 `json:"updated_at"`
+}
+
+// Rollout is AL's Rollout.
+type Rollout struct {
+	RolloutID string          `json:"rollout_id"`
+	Input     json.RawMessage `json:"input"`
+	IsTrain   bool            `json:"is_train"`
+	Config    RolloutConfig   `json:"config"`
+	Metadata  json.RawMessage `json:"metadata"`
+	Status    Status          `json:"status"`
+}
+
+// rolloutCreate is AL's RolloutCreate.
+type rolloutCreate struct {
+	Input     json.RawMessage `json:"input"`
+	IsTrain   *bool           `json:"is_train"`
+	Config    *configIn       `json:"config"`
+	Metadata  json.RawMessage `json:"metadata"`
+	RolloutID *string         `json:"rollout_id"`
+}
+
+// configIn is RolloutConfig as sent: a missing timeout_seconds is AL's
+// default, 3600.
+type configIn struct {
+	TimeoutSeconds *int         `json:"timeout_seconds"`
+	Local          *LocalConfig `json:"local"`
+	K8s            *K8sConfig   `json:"k8s"`
+}
+
+// stored is what the reserved metadata key holds.
+type stored struct {
+	Config RolloutConfig `json:"config"`
+}
+
+// Spec is what agl's controller needs of an AL rollout: its config.
+func Spec(metadata json.RawMessage) (RolloutConfig, bool) {
+	var m map[string]json.RawMessage
+	if len(metadata) == 0 || json.Unmarshal(metadata, &m) != nil {
+		return RolloutConfig{}, false
+	}
+	raw, ok := m[MetadataKey]
+	if !ok {
+		return RolloutConfig{}, false
+	}
+	var s stored
+	if json.Unmarshal(raw, &s) != nil {
+		return RolloutConfig{}, false
+	}
+	return s.Config, true
+}
+
+func seconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// state maps agl's status onto AL's four.
+func state(s store.RolloutStatus) string {
+	switch s {
+	case store.RolloutQueuing:
+		return StateQueuing
+	case store.RolloutRunning, store.RolloutRequeuing:
+		return StateRunning
+	case store.RolloutSucceeded:
+		return StateSucceeded
+	}
+	return StateFailed
+}
+
+// statuses maps an AL state onto agl's.
+func statuses(s string) ([]store.RolloutStatus, bool) {
+	switch s {
+	case StateQueuing:
+		return []store.RolloutStatus{store.RolloutQueuing}, true
+	case StateRunning:
+		return []store.RolloutStatus{store.RolloutRunning, store.RolloutRequeuing}, true
+	case StateSucceeded:
+		return []store.RolloutStatus{store.RolloutSucceeded}, true
+	case StateFailed:
+		return []store.RolloutStatus{store.RolloutFailed, store.RolloutCancelled}, true
+	}
+	return nil, false
+}
+
+// toAL renders an agl rollout as AL's.
+func toAL(ro store.Rollout) Rollout {
+	out := Rollout{RolloutID: ro.ID, Input: ro.Task, IsTrain: ro.Mode != store.ModeVal}
+	if len(out.Input) == 0 {
+		out.Input = json.RawMessage("null")
+	}
+	cfg, ok := Spec(ro.Metadata)
+	if !ok {
+		cfg = RolloutConfig{TimeoutSeconds: int(ro.Config.TimeoutSeconds)}
+	}
+	out.Config = cfg
+	out.Metadata = alMetadata(ro.Metadata)
+	st := Status{State: state(ro.Status), Version: 1, CreatedAt: seconds(ro.CreatedAt), UpdatedAt: seconds(ro.UpdatedAt)}
+	if ro.NumAttempts > 0 {
+		aid := DefaultAttemptID
+		st.LastAttemptID = &aid
+	}
+	if ro.Status != store.RolloutQueuing {
+		st.Version++
+		if ro.Status.Terminal() && ro.NumAttempts > 0 {
+			st.Version++
+		}
+	}
+	if ro.Error != "" {
+		e := ro.Error
+		st.ErrorMessage = &e
+	}
+	out.Status = st
+	return out
+}
+
+// alMetadata is AL's metadata: agl's without the reserved key, with AL's
+// two named fields present.
+func alMetadata(meta json.RawMessage) json.RawMessage {
+	m := map[string]json.RawMessage{}
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &m); err != nil {
+			m = map[string]json.RawMessage{}
+		}
+	}
+	delete(m, MetadataKey)
+	for _, k := range []string{"batch_idx", "sample_idx_in_batch"} {
+		if _, ok := m[k]; !ok {
+			m[k] = json.RawMessage("null")
+		}
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// newRollout turns AL's RolloutCreate into agl's NewRollout.
+func (h *Handler) newRollout(i int, c rolloutCreate) (store.NewRollout, error) {
+	loc := func(f string) []any { return []any{"body", i, f} }
+	if len(c.Input) == 0 {
+		return store.NewRollout{}, validation(loc("input"), "Field required")
+	}
+	cfg := RolloutConfig{TimeoutSeconds: 3600}
+	if c.Config != nil {
+		cfg.Local, cfg.K8s = c.Config.Local, c.Config.K8s
+		if c.Config.TimeoutSeconds != nil {
+			cfg.TimeoutSeconds = *c.Config.TimeoutSeconds
+		}
+	}
+	if cfg.Local != nil && cfg.Local.EnvMap == nil {
+		cfg.Local.EnvMap = map[string]string{}
+	}
+	if cfg.TimeoutSeconds < 0 {
+		return store.NewRollout{}, validation(loc("config"), "timeout_seconds must not be negative")
+	}
+	meta := map[string]json.RawMessage{}
+	if len(c.Metadata) > 0 && !bytes.Equal(c.Metadata, []byte("null")) {
+		if err := json.Unmarshal(c.Metadata, &meta); err != nil {
+			return store.NewRollout{}, validation(loc("metadata"), "Input should be a valid dictionary")
+		}
+	}
+	for _, k := range []string{"batch_idx", "sample_idx_in_batch"} {
+		if v, ok := meta[k]; ok && !bytes.Equal(v, []byte("null")) {
+			if _, err := strconv.ParseInt(string(v), 10, 64); err != nil {
+				return store.NewRollout{}, validation(append(loc("metadata"), k), "Input should be a valid integer")
+			}
+		}
+	}
+	if _, ok := meta[MetadataKey]; ok {
+		return store.NewRollout{}, validation(append(loc("metadata"), MetadataKey), "metadata key "+MetadataKey+" is reserved by agl")
+	}
+	sb, err := json.Marshal(stored{Config: cfg})
+	if err != nil {
+		return store.NewRollout{}, err
+	}
+	meta[MetadataKey] = sb
+	mb, err := json.Marshal(meta)
+	if err != nil {
+		return store.NewRollout{}, err
+	}
+	mode := store.ModeTrain
+	if c.IsTrain != nil && !*c.IsTrain {
+		mode = store.ModeVal
+	}
+	id := ""
+	if c.RolloutID != nil {
+		id = *c.RolloutID
+	} else {
+		var b [16]byte
+		rand.Read(b[:])
+		id = hex.EncodeToString(b[:])
+	}
+	return store.NewRollout{ID: id, Task: c.Input, Mode: mode, Metadata: mb,
+		Config: store.RolloutConfig{TimeoutSeconds: float64(cfg.TimeoutSeconds), MaxAttempts: h.cfg.MaxAttempts}}, nil
+}
+
+func (h *Handler) createRollouts(w http.ResponseWriter, r *http.Request) error {
+	var body []rolloutCreate
+	if err := decodeBody(r, &body); err != nil {
+		return err
+	}
+	nrs := make([]store.NewRollout, len(body))
+	for i, c := range body {
+		nr, err := h.newRollout(i, c)
+		if err != nil {
+			return err
+		}
+		nrs[i] = nr
+	}
+	out := []Rollout{}
+	if len(nrs) > 0 {
+		rs, err := h.opt.Store.CreateRollouts(r.Context(), nrs)
+		if err != nil {
+			return err
+		}
+		for _, ro := range rs {
+			out = append(out, toAL(ro))
+		}
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// deletedReason marks a rollout cancelled by DELETE; deletedEvent marks a
+// rollout with an attempt deleted after it ended.
+const (
+	deletedReason = "deleted through Agent Lightning's API"
+	deletedEvent  = "al.deleted"
+)
+
+// visible returns the rollout unless it was (soft-)deleted.
+func (h *Handler) visible(ctx context.Context, id string) (store.Rollout, error) {
+	ro, err := h.opt.Store.GetRollout(ctx, id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return ro, detailf(http.StatusNotFound, "Rollout not found: %s", id)
+		}
+		return ro, err
+	}
+	del, err := h.deleted(ctx, ro)
+	if err != nil {
+		return ro, err
+	}
+	if del {
+		return ro, detailf(http.StatusNotFound, "Rollout not found: %s", id)
+	}
+	return ro, nil
+}
+
+func (h *Handler) deleted(ctx context.Context, ro store.Rollout) (bool, error) {
+	if ro.Status == store.RolloutCancelled && ro.Error == deletedReason {
+		return true, nil
+	}
+	if !ro.Status.Terminal() || ro.NumAttempts == 0 {
+		return false, nil
+	}
+	evs, err := h.opt.Store.ListEvents(ctx, store.EventFilter{RolloutID: ro.ID, Types: []string{deletedEvent}, Limit: 1})
+	return len(evs) > 0, err
+}
+
+func (h *Handler) getRollout(w http.ResponseWriter, r *http.Request) error {
+	ro, err := h.visible(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	attempts := []string{}
+	if len(ro.Attempts) > 0 {
+		attempts = append(attempts, DefaultAttemptID)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rollout": toAL(ro), "attempts": attempts})
+	return nil
+}
+
+func (h *Handler) listRollouts(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	states := q["state_in"]
+	if len(states) == 0 {
+		return validation([]any{"query", "state_in"}, "Field required")
+	}
+	var want []store.RolloutStatus
+	for i, s := range states {
+		st, ok := statuses(s)
+		if !ok {
+			return validation([]any{"query", "state_in", i}, "Input should be 'queuing', 'running', 'succeeded' or 'failed'")
+		}
+		want = append(want, st...)
+	}
+	limit := 500
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return validation([]any{"query", "limit"}, "Input should be a valid integer, unable to parse string as an integer")
+		}
+		limit = n
+	}
+	out := []Rollout{}
+	cursor := int64(0)
+	for len(out) < limit {
+		rs, next, err := h.opt.Store.ListRollouts(r.Context(), store.RolloutFilter{Status: want, Cursor: cursor, Limit: min(limit-len(out), 500)})
+		if err != nil {
+			return err
+		}
+		for _, ro := range rs {
+			del, err := h.deleted(r.Context(), ro)
+			if err != nil {
+				return err
+			}
+			if !del {
+				out = append(out, toAL(ro))
+			}
+		}
+		if next == 0 || len(rs) == 0 {
+			break
+		}
+		cursor = next
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// terminalItem is AL's TerminalRolloutItem.
+type terminalItem struct {
+	RolloutID string `json:"rollout_id"`
+	State     string `json:"state"`
+	DataID    string `json:"data_id"`
+	IsTrain   bool   `json:"is_train"`
+}
+
+func dataID(input json.RawMessage) string {
+	var m map[string]any
+	if json.Unmarshal(input, &m) != nil {
+		return ""
+	}
+	for _, k := range []string{"data_id", "instance_id"} {
+		if v, ok := m[k]; ok && v != nil && v != "" && v != false && v != 0.0 {
+			if s, ok := v.(string); ok {
+				return s
+			}
+			b, _ := json.Marshal(v)
+			return pyStr(v, b)
+		}
+	}
+	return ""
+}
+
+// pyStr is Python's str() of a decoded JSON value, for the common cases.
+func pyStr(v any, b []byte) string {
+	switch x := v.(type) {
+	case bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	case float64:
+		if x == float64(int64(x)) {
+			return strconv.FormatInt(int64(x), 10)
+		}
+	}
+	return string(b)
+}
+
+func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	after, limit := int64(0), 1000
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return validation([]any{"query", "after"}, "Input should be a valid integer, unable to parse string as an integer")
+		}
+		after = max(n, 0)
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return validation([]any{"query", "limit"}, "Input should be a valid integer, unable to parse string as an integer")
+		}
+		limit = max(n, 1)
+	}
+	rs, err := h.opt.Store.Terminal(r.Context(), after, limit)
+	if err != nil {
+		return err
+	}
+	counts, err := h.opt.Store.CountRollouts(r.Context())
+	if err != nil {
+		return err
+	}
+	items := []terminalItem{}
+	next := after
+	for _, ro := range rs {
+		next = max(next, ro.TerminalSeq)
+		del, err := h.deleted(r.Context(), ro)
+		if err != nil {
+			return err
+		}
+		if del {
+			continue
+		}
+		items = append(items, terminalItem{RolloutID: ro.ID, State: state(ro.Status), DataID: dataID(ro.Task), IsTrain: ro.Mode != store.ModeVal})
+	}
+	total := counts[store.RolloutSucceeded] + counts[store.RolloutFailed] + counts[store.RolloutCancelled]
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "next_after": next, "total_terminal": total})
+	return nil
+}
+
+// statusPatch is AL's RolloutStatusPatch (extra fields forbidden).
+type statusPatch struct {
+	State         *string `json:"state"`
+	K8sJobName    *string `json:"k8s_job_name"`
+	LastAttemptID *string `json:"last_attempt_id"`
+	ErrorMessage  *string `json:"error_message"`
+}
+
+// validTransitions is AL's VALID_TRANSITIONS.
+var validTransitions = map[string][]string{
+	StateQueuing: {StateRunning, StateFailed},
+	StateRunning: {StateSucceeded, StateFailed},
+}
+
+// patchRollout applies AL's lifecycle PATCH to agl's rollout: failed
+// cancels it (error_message is the reason), running → succeeded completes
+// its running attempt. queuing → running is agl's controller's claim and
+// is refused (409) here; k8s_job_name and last_attempt_id are not kept
+// (agl's attempts are AL's attempt "0").
+func (h *Handler) patchRollout(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Status json.RawMessage `json:"status"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		return err
+	}
+	var p statusPatch
+	if len(body.Status) > 0 && !bytes.Equal(body.Status, []byte("null")) {
+		dec := json.NewDecoder(bytes.NewReader(body.Status))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil {
+			return validation([]any{"body", "status"}, "Extra inputs are not permitted or invalid field: "+err.Error())
+		}
+	}
+	ctx := r.Context()
+	ro, err := h.visible(ctx, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if p.State == nil {
+		writeJSON(w, http.StatusOK, toAL(ro))
+		return nil
+	}
+	to := *p.State
+	if _, ok := statuses(to); !ok {
+		return validation([]any{"body", "status", "state"}, "Input should be 'queuing', 'running', 'succeeded' or 'failed'")
+	}
+	from := state(ro.Status)
+	ok := false
+	for _, s := range validTransitions[from] {
+		ok = ok || s == to
+	}
+	if !ok {
+		return detailf(http.StatusConflict, "Rollout %s: cannot transition %s -> %s", ro.ID, from, to)
+	}
+	switch to {
+	case StateFailed:
+		reason := "failed through Agent Lightning's API"
+		if p.ErrorMessage != nil && *p.ErrorMessage != "" {
+			reason = *p.ErrorMessage
+		}
+		ro, err = h.opt.Store.CancelRollout(ctx, ro.ID, reason)
+	case StateSucceeded:
+		at, found := attemptOf(ro, DefaultAttemptID)
+		if !found || at.Status != store.AttemptRunning {
+			return detailf(http.StatusConflict, "Rollout %s: no running attempt to complete", ro.ID)
+		}
+		_, err = h.opt.Store.CompleteAttempt(ctx, ro.ID, at.ID, store.AttemptSucceeded, "")
+		if err == nil {
+			ro, err = h.opt.Store.GetRollout(ctx, ro.ID)
+		}
+	default: // queuing -> running
+		return detailf(http.StatusConflict, "Rollout %s: cannot transition %s -> %s here: agl's controller starts rollouts (it claims them)", ro.ID, from, to)
+	}
+	if err != nil {
+		return err
+	}
+	h.opt.Notify()
+	writeJSON(w, http.StatusOK, toAL(ro))
+	return nil
+}
+
+// deleteRollout is AL's DELETE: 204 whether or not the rollout exists. agl
+// keeps the data (AL stops seeing the rollout; a live one is cancelled)
+// unless Config.Purge or ?purge=true.
+func (h *Handler) deleteRollout(w http.ResponseWriter, r *http.Request) error {
+	ctx, id := r.Context(), r.PathValue("id")
+	purge := h.cfg.Purge
+	if v := r.URL.Query().Get("purge"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return validation([]any{"query", "purge"}, "Input should be a valid boolean")
+		}
+		purge = b
+	}
+	ro, err := h.opt.Store.GetRollout(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !ro.Status.Terminal() {
+		if ro, err = h.opt.Store.CancelRollout(ctx, id, deletedReason); err != nil && !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		h.opt.Notify()
+	}
+	switch {
+	case purge:
+		if h.opt.Late == nil {
+			return detailf(http.StatusNotImplemented, "this store cannot purge rollouts")
+		}
+		if err := h.opt.Late.PurgeRollout(ctx, id); err != nil {
+			return err
+		}
+	case ro.Error != deletedReason || ro.Status != store.RolloutCancelled:
+		if ro, err = h.opt.Store.GetRollout(ctx, id); err != nil {
+			return err
+		}
+		if del, err := h.deleted(ctx, ro); err != nil || del {
+			if err == nil {
+				w.WriteHeader(http.StatusNoContent)
+			}
+			return err
+		}
+		at, ok := attemptOf(ro, DefaultAttemptID)
+		if !ok || h.opt.Late == nil {
+			return fmt.Errorf("al: cannot mark rollout %s deleted: %w", id, errors.New("no attempt or store without late events"))
+		}
+		if _, err := h.opt.Late.AppendLateEvents(ctx, id, at.ID, []store.NewEvent{{Type: deletedEvent, Data: json.RawMessage(`{}`)}}); err != nil {
+			return err
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
