@@ -121,6 +121,11 @@ type Config struct {
 	Logger *slog.Logger
 	// HTTP is the client used to reach the gateway (default: 90s timeout).
 	HTTP *http.Client
+	// ALPrefix is where the gateway serves Agent Lightning's API (default
+	// /al), for the environment of AL rollouts (al.go); Python runs AL's
+	// agent classes (default python3).
+	ALPrefix string
+	Python   string
 }
 
 // Reward sources (Config.RewardSource).
@@ -138,8 +143,15 @@ const (
 )
 
 func (c Config) withDefaults() (Config, error) {
-	if len(c.Command) == 0 || c.Command[0] == "" {
-		return c, errors.New("controller: no harness command configured")
+	if len(c.Command) > 0 && c.Command[0] == "" {
+		return c, errors.New("controller: the harness command's program is empty")
+	}
+	if c.ALPrefix == "" {
+		c.ALPrefix = DefaultALPrefix
+	}
+	c.ALPrefix = "/" + strings.Trim(c.ALPrefix, "/")
+	if c.Python == "" {
+		c.Python = "python3"
 	}
 	if c.GatewayURL == "" {
 		return c, errors.New("controller: no gateway URL configured")
@@ -334,7 +346,15 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
 		return
 	}
-	a.env = c.env(claim, rewardPath)
+	env, argv, err := c.alHarness(claim, c.env(claim, rewardPath))
+	if err == nil && len(argv) == 0 {
+		err = errors.New("no harness command configured (controller.command), and the rollout is no Agent Lightning rollout with config.local.agent_class")
+	}
+	if err != nil {
+		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+		return
+	}
+	a.env = env
 
 	outF, err1 := os.Create(a.outPath)
 	errF, err2 := os.Create(a.errPath)
@@ -343,7 +363,7 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
 		return
 	}
-	cmd := exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = c.cfg.Dir, a.env, outF, errF
 	setGroup(cmd)
 	err = procs.start(cmd)

@@ -606,7 +606,7 @@ func TestBadConfig(t *testing.T) {
 		mod  func(*controller.Config)
 		want string
 	}{
-		{"no command", func(c *controller.Config) { c.Command = nil }, "no harness command"},
+		{"empty program", func(c *controller.Config) { c.Command = []string{""} }, "program is empty"},
 		{"no gateway", func(c *controller.Config) { c.GatewayURL = "" }, "no gateway URL"},
 		{"bad mode", func(c *controller.Config) { c.Mode = "test" }, "mode"},
 		{"bad env", func(c *controller.Config) { c.Env = []string{"NOEQUALS"} }, "KEY=VALUE"},

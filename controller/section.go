@@ -23,6 +23,8 @@ import (
 //	  evaluator_timeout: 60s
 //	  log_tail_bytes: 4096
 //	  kill_grace: 5s
+//	  al_prefix: /al                   # where the gateway serves Agent Lightning's API
+//	  python: python3                  # runs AL rollouts' config.local.agent_class
 type Section struct {
 	Command           []string          `yaml:"command"`
 	Dir               string            `yaml:"dir"`
@@ -37,6 +39,9 @@ type Section struct {
 	EvaluatorTimeout  time.Duration     `yaml:"evaluator_timeout"`
 	LogTailBytes      int               `yaml:"log_tail_bytes"`
 	KillGrace         time.Duration     `yaml:"kill_grace"`
+	// ALPrefix and Python: see Config.
+	ALPrefix string `yaml:"al_prefix"`
+	Python   string `yaml:"python"`
 }
 
 // Config returns the run configuration the section describes (without the
@@ -60,5 +65,6 @@ func (s Section) Config(base string) Config {
 		Command: s.Command, Dir: dir, Env: env, Concurrency: s.Concurrency, WorkerID: s.Worker, Mode: s.Mode,
 		Evaluator: s.Evaluator, RewardSource: s.RewardSource, HeartbeatInterval: s.HeartbeatInterval, PollInterval: s.PollInterval,
 		EvaluatorTimeout: s.EvaluatorTimeout, LogTailBytes: s.LogTailBytes, KillGrace: s.KillGrace,
+		ALPrefix: s.ALPrefix, Python: s.Python,
 	}
 }

@@ -100,8 +100,7 @@ func runController(ctx context.Context, args []string, stdout io.Writer) error {
 		cfg.Command = fs.Args()
 	}
 	if len(cfg.Command) == 0 {
-		fs.Usage()
-		return fmt.Errorf("controller: want the harness command after -- (or controller.command in --config)")
+		fmt.Fprintln(stdout, "agl controller: no harness command (after -- or controller.command): runs only Agent Lightning rollouts with config.local.agent_class")
 	}
 	cfg.GatewayURL = *gw
 	if cfg.GatewayURL == "" {

@@ -54,7 +54,7 @@ const DefaultPrefix = "/al"
 
 // MetadataKey is the reserved key of an agl rollout's metadata holding
 // what AL's rollout carries beyond agl's model ({"config": RolloutConfig}).
-const MetadataKey = "_al"
+const MetadataKey = api.ALMetadataKey
 
 // Config is the `al:` section of agl.yaml.
 type Config struct {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -23,23 +24,14 @@ const (
 	StateFailed    = "failed"
 )
 
+// RolloutConfig is AL's controller-facing rollout config.
+type RolloutConfig = api.ALRolloutConfig
+
 // LocalConfig is AL's RolloutLocalConfig.
-type LocalConfig struct {
-	AgentClass *string           `json:"agent_class"`
-	EnvMap     map[string]string `json:"env_map"`
-}
+type LocalConfig = api.ALLocalConfig
 
 // K8sConfig is AL's RolloutK8sConfig.
-type K8sConfig struct {
-	JobTemplate *string `json:"job_template"`
-}
-
-// RolloutConfig is AL's controller-facing rollout config.
-type RolloutConfig struct {
-	TimeoutSeconds int          `json:"timeout_seconds"`
-	Local          *LocalConfig `json:"local"`
-	K8s            *K8sConfig   `json:"k8s"`
-}
+type K8sConfig = api.ALK8sConfig
 
 // Status is AL's RolloutLifecycleStatus.
 type Status struct {
@@ -84,23 +76,6 @@ type stored struct {
 	Config RolloutConfig `json:"config"`
 }
 
-// Spec is what agl's controller needs of an AL rollout: its config.
-func Spec(metadata json.RawMessage) (RolloutConfig, bool) {
-	var m map[string]json.RawMessage
-	if len(metadata) == 0 || json.Unmarshal(metadata, &m) != nil {
-		return RolloutConfig{}, false
-	}
-	raw, ok := m[MetadataKey]
-	if !ok {
-		return RolloutConfig{}, false
-	}
-	var s stored
-	if json.Unmarshal(raw, &s) != nil {
-		return RolloutConfig{}, false
-	}
-	return s.Config, true
-}
-
 func seconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // state maps agl's status onto AL's four.
@@ -137,7 +112,7 @@ func toAL(ro store.Rollout) Rollout {
 	if len(out.Input) == 0 {
 		out.Input = json.RawMessage("null")
 	}
-	cfg, ok := Spec(ro.Metadata)
+	cfg, ok := api.ALSpec(ro.Metadata)
 	if !ok {
 		cfg = RolloutConfig{TimeoutSeconds: int(ro.Config.TimeoutSeconds)}
 	}
