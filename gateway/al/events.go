@@ -31,7 +31,9 @@ func toEvent(ev store.Event) Event {
 	out := Event{EventType: ev.Type, RolloutID: ev.RolloutID, AttemptID: DefaultAttemptID, Timestamp: seconds(ev.Time)}
 	if ev.Type == store.EventModelRequest {
 		var mc api.ModelCall
-		if err := json.Unmarshal(ev.Data, &mc); err == nil {
+		// The gateway's own events (api.ModelCall, API always set); one an
+		// admin posted in AL's shape passes through as posted.
+		if err := json.Unmarshal(ev.Data, &mc); err == nil && mc.API != "" {
 			out.Data = modelRequestData(mc)
 			return out
 		}

@@ -7,9 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aglrl/agl/api"
@@ -130,7 +130,11 @@ func toAL(ro store.Rollout) Rollout {
 		}
 	}
 	if ro.Error != "" {
+		// A PATCH to failed cancels with its error_message as the reason.
 		e := ro.Error
+		if ro.Status == store.RolloutCancelled {
+			e = strings.TrimPrefix(e, cancelledPrefix)
+		}
 		st.ErrorMessage = &e
 	}
 	out.Status = st
@@ -248,6 +252,8 @@ func (h *Handler) createRollouts(w http.ResponseWriter, r *http.Request) error {
 const (
 	deletedReason = "deleted through Agent Lightning's API"
 	deletedEvent  = "al.deleted"
+	// cancelledPrefix starts the error of a rollout cancelled with a reason.
+	cancelledPrefix = "cancelled: "
 )
 
 // visible returns the rollout unless it was (soft-)deleted.
@@ -270,7 +276,7 @@ func (h *Handler) visible(ctx context.Context, id string) (store.Rollout, error)
 }
 
 func (h *Handler) deleted(ctx context.Context, ro store.Rollout) (bool, error) {
-	if ro.Status == store.RolloutCancelled && ro.Error == deletedReason {
+	if ro.Status == store.RolloutCancelled && ro.Error == cancelledPrefix+deletedReason {
 		return true, nil
 	}
 	if !ro.Status.Terminal() || ro.NumAttempts == 0 {
@@ -289,7 +295,10 @@ func (h *Handler) getRollout(w http.ResponseWriter, r *http.Request) error {
 	if len(ro.Attempts) > 0 {
 		attempts = append(attempts, DefaultAttemptID)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rollout": toAL(ro), "attempts": attempts})
+	writeJSON(w, http.StatusOK, struct {
+		Rollout  Rollout  `json:"rollout"`
+		Attempts []string `json:"attempts"`
+	}{toAL(ro), attempts})
 	return nil
 }
 
@@ -420,7 +429,11 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) error {
 		items = append(items, terminalItem{RolloutID: ro.ID, State: state(ro.Status), DataID: dataID(ro.Task), IsTrain: ro.Mode != store.ModeVal})
 	}
 	total := counts[store.RolloutSucceeded] + counts[store.RolloutFailed] + counts[store.RolloutCancelled]
-	writeJSON(w, http.StatusOK, map[string]any{"items": items, "next_after": next, "total_terminal": total})
+	writeJSON(w, http.StatusOK, struct {
+		Items         []terminalItem `json:"items"`
+		NextAfter     int64          `json:"next_after"`
+		TotalTerminal int64          `json:"total_terminal"`
+	}{items, next, total})
 	return nil
 }
 
@@ -508,7 +521,8 @@ func (h *Handler) patchRollout(w http.ResponseWriter, r *http.Request) error {
 
 // deleteRollout is AL's DELETE: 204 whether or not the rollout exists. agl
 // keeps the data (AL stops seeing the rollout; a live one is cancelled)
-// unless Config.Purge or ?purge=true.
+// unless Config.Purge or ?purge=true; a terminal rollout that never ran (no
+// attempt, no events) is removed.
 func (h *Handler) deleteRollout(w http.ResponseWriter, r *http.Request) error {
 	ctx, id := r.Context(), r.PathValue("id")
 	purge := h.cfg.Purge
@@ -541,7 +555,7 @@ func (h *Handler) deleteRollout(w http.ResponseWriter, r *http.Request) error {
 		if err := h.opt.Late.PurgeRollout(ctx, id); err != nil {
 			return err
 		}
-	case ro.Error != deletedReason || ro.Status != store.RolloutCancelled:
+	case ro.Error != cancelledPrefix+deletedReason || ro.Status != store.RolloutCancelled:
 		if ro, err = h.opt.Store.GetRollout(ctx, id); err != nil {
 			return err
 		}
@@ -551,9 +565,17 @@ func (h *Handler) deleteRollout(w http.ResponseWriter, r *http.Request) error {
 			}
 			return err
 		}
+		if h.opt.Late == nil {
+			return detailf(http.StatusNotImplemented, "this store cannot mark rollouts deleted")
+		}
 		at, ok := attemptOf(ro, DefaultAttemptID)
-		if !ok || h.opt.Late == nil {
-			return fmt.Errorf("al: cannot mark rollout %s deleted: %w", id, errors.New("no attempt or store without late events"))
+		if !ok {
+			// It never ran (failed through PATCH while queuing): there is
+			// nothing to keep but its input.
+			if err := h.opt.Late.PurgeRollout(ctx, id); err != nil {
+				return err
+			}
+			break
 		}
 		if _, err := h.opt.Late.AppendLateEvents(ctx, id, at.ID, []store.NewEvent{{Type: deletedEvent, Data: json.RawMessage(`{}`)}}); err != nil {
 			return err
