@@ -78,7 +78,7 @@ func newALUpstream(t *testing.T) *alUpstream {
 		resp := map[string]any{"id": fmt.Sprint("up-", k), "object": "chat.completion", "created": 1, "model": req.Model,
 			"prompt_token_ids": c.Prompt,
 			"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": fmt.Sprint("answer ", k)},
-				"logprobs": map[string]any{"content": []any{map[string]any{"token": "a", "logprob": -0.25}, map[string]any{"token": "b", "logprob": -0.5}}},
+				"logprobs":      map[string]any{"content": []any{map[string]any{"token": "a", "logprob": -0.25}, map[string]any{"token": "b", "logprob": -0.5}}},
 				"finish_reason": "stop", "token_ids": c.Response}},
 			"usage": map[string]any{"prompt_tokens": len(c.Prompt), "completion_tokens": 2}}
 		w.Header().Set("Content-Type", "application/json")
