@@ -213,6 +213,15 @@ func (h *Handler) routes() {
 	add("GET /proxy/state", admin, h.proxyState)
 	add("POST /proxy/rollout/{id}/attempt/{aid}/mode/{mode}/openai/v1/{path...}", attemptKey, h.agentCall)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// FastAPI answers a known path with another method 405.
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+			r2 := r.Clone(r.Context())
+			r2.Method = m
+			if _, pattern := h.mux.Handler(r2); m != r.Method && pattern != "/" {
+				writeError(w, h.log, detailf(http.StatusMethodNotAllowed, "Method Not Allowed"))
+				return
+			}
+		}
 		writeError(w, h.log, detailf(http.StatusNotFound, "Not Found"))
 	})
 }

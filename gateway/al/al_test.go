@@ -351,6 +351,8 @@ func TestRollouts(t *testing.T) {
 		{"events of deleted", "GET", "/al/api/rollouts/x1/events", "", 404, `Rollout not found: x1`},
 		{"delete with purge", "DELETE", "/al/api/rollouts/x1?purge=true", "", 204, ``},
 		{"unknown route", "GET", "/al/api/nothing", "", 404, `{"detail":"Not Found"}`},
+		{"wrong method", "PUT", "/al/api/models", "", 405, `{"detail":"Method Not Allowed"}`},
+		{"wrong method on a pattern", "GET", "/al/proxy/pause", "", 405, `{"detail":"Method Not Allowed"}`},
 	}
 	for _, s := range steps {
 		r := e.admin(t, s.method, s.path, s.body)
