@@ -36,6 +36,7 @@ package al
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
@@ -106,10 +108,12 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// LLM serves one model call for an attempt the caller authenticated
-// (proxy.Proxy.ServeTrusted): agl's proxy, with its token state and
-// model_request events.
+// LLM is agl's proxy (proxy.Proxy), with its token state and
+// model_request events: ServeHTTP serves /r/{rollout}/{attempt}/… for an
+// attempt's scoped key (checked again there, revocations included);
+// ServeTrusted serves a call for the admin key.
 type LLM interface {
+	http.Handler
 	ServeTrusted(w http.ResponseWriter, r *http.Request, rolloutID, attemptID, route string)
 }
 
@@ -143,7 +147,39 @@ type Handler struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	pause pauseState
+
+	// servers caches whether ModelName has endpoints (authTTL; dropped
+	// when this handler changes models).
+	serversMu sync.Mutex
+	servers   struct {
+		ok    bool
+		until time.Time
+	}
+
+	// auth caches verified scoped keys of the agent route (authTTL).
+	authMu sync.Mutex
+	auth   map[authKey]authEntry
 }
+
+// authTTL is how long a verified scoped key is trusted on the agent route
+// without asking the store; the proxy then checks it again (its own cache
+// forgets revoked keys), so a revoked key gets no model call. Event posts
+// always ask the store.
+const authTTL = time.Second
+
+type authKey struct {
+	rid, aid string
+	sum      [sha256.Size]byte
+}
+
+type authEntry struct {
+	attempt string
+	until   time.Time
+}
+
+// scopedAttempt is the request context key of the agl attempt a scoped
+// key was verified for.
+type scopedAttempt struct{}
 
 // New returns the handler.
 func New(opt Options) *Handler {
@@ -157,7 +193,7 @@ func New(opt Options) *Handler {
 	if opt.Notify == nil {
 		opt.Notify = func() {}
 	}
-	h := &Handler{opt: opt, cfg: opt.Config, log: opt.Logger, mux: http.NewServeMux()}
+	h := &Handler{opt: opt, cfg: opt.Config, log: opt.Logger, mux: http.NewServeMux(), auth: map[authKey]authEntry{}}
 	h.pause.retryAfter = 5
 	h.routes()
 	return h
@@ -185,9 +221,13 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 func (h *Handler) routes() {
 	add := func(pattern string, a access, fn handlerFunc) {
 		h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			if err := h.authorize(r, a); err != nil {
+			aid, err := h.authorize(r, a, strings.HasPrefix(pattern, "POST /proxy/rollout/"))
+			if err != nil {
 				writeError(w, h.log, err)
 				return
+			}
+			if aid != "" {
+				r = r.WithContext(context.WithValue(r.Context(), scopedAttempt{}, aid))
 			}
 			if err := fn(w, r); err != nil {
 				writeError(w, h.log, err)
@@ -277,33 +317,50 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 var errAuth = &httpError{Status: http.StatusUnauthorized, Detail: "Invalid or missing API key"}
 
 // authorize admits the admin key on every route and, on attemptKey routes,
-// the scoped key of the attempt {aid} ("0": the latest) of rollout {id}.
-func (h *Handler) authorize(r *http.Request, a access) error {
+// the scoped key of the attempt {aid} ("0": the latest) of rollout {id}:
+// then it returns that agl attempt's id. cached allows a verification up
+// to authTTL old.
+func (h *Handler) authorize(r *http.Request, a access, cached bool) (string, error) {
 	if a == public || h.opt.IsAdmin == nil || h.opt.IsAdmin(r) {
-		return nil
+		return "", nil
 	}
 	key, err := api.RequestKey(r)
 	if err != nil || key == "" || a != attemptKey || !strings.HasPrefix(key, store.KeyPrefix) {
-		return errAuth
+		return "", errAuth
 	}
-	ro, err := h.opt.Store.GetRollout(r.Context(), r.PathValue("id"))
+	ak := authKey{rid: r.PathValue("id"), aid: r.PathValue("aid"), sum: sha256.Sum256([]byte(key))}
+	if cached {
+		h.authMu.Lock()
+		e, ok := h.auth[ak]
+		h.authMu.Unlock()
+		if ok && time.Now().Before(e.until) {
+			return e.attempt, nil
+		}
+	}
+	ro, err := h.opt.Store.GetRollout(r.Context(), ak.rid)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return errAuth
+			return "", errAuth
 		}
-		return err
+		return "", err
 	}
-	at, ok := attemptOf(ro, r.PathValue("aid"))
+	at, ok := attemptOf(ro, ak.aid)
 	if !ok {
-		return errAuth
+		return "", errAuth
 	}
 	if _, err := h.opt.Store.AttemptByKey(r.Context(), ro.ID, at.ID, key); err != nil {
 		if errors.Is(err, store.ErrForbidden) || errors.Is(err, store.ErrNotFound) {
-			return errAuth
+			return "", errAuth
 		}
-		return err
+		return "", err
 	}
-	return nil
+	h.authMu.Lock()
+	if len(h.auth) >= 1<<16 {
+		clear(h.auth)
+	}
+	h.auth[ak] = authEntry{attempt: at.ID, until: time.Now().Add(authTTL)}
+	h.authMu.Unlock()
+	return at.ID, nil
 }
 
 // DefaultAttemptID is the attempt id AL's controllers use and AL sees.

@@ -37,7 +37,7 @@ type env struct {
 
 // newEnv runs a gateway with the AL API (model_name m) over a real SQLite
 // store and agl's proxy in front of a vLLM-format upstream on loopback.
-func newEnv(t *testing.T, cfg al.Config, withLLM bool) *env {
+func newEnv(t testing.TB, cfg al.Config, withLLM bool) *env {
 	t.Helper()
 	e := &env{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -82,7 +82,7 @@ type resp struct {
 	body   string
 }
 
-func (r resp) json(t *testing.T, v any) {
+func (r resp) json(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(r.body), v); err != nil {
 		t.Fatalf("decode %q: %v", r.body, err)
@@ -90,7 +90,7 @@ func (r resp) json(t *testing.T, v any) {
 }
 
 // do sends body (a string, sent as is) with headers "Name: value".
-func (e *env) do(t *testing.T, method, path, body string, headers ...string) resp {
+func (e *env) do(t testing.TB, method, path, body string, headers ...string) resp {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -115,14 +115,14 @@ func (e *env) do(t *testing.T, method, path, body string, headers ...string) res
 
 const bearer = "Authorization: Bearer " + adminKey
 
-func (e *env) admin(t *testing.T, method, path, body string) resp {
+func (e *env) admin(t testing.TB, method, path, body string) resp {
 	t.Helper()
 	return e.do(t, method, path, body, bearer)
 }
 
 // started creates AL rollouts and claims each (the controller's step),
 // returning their scoped keys and attempt ids.
-func (e *env) started(t *testing.T, ids ...string) (keys, aids []string) {
+func (e *env) started(t testing.TB, ids ...string) (keys, aids []string) {
 	t.Helper()
 	var body []map[string]any
 	for _, id := range ids {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/aglrl/agl/store"
 )
@@ -79,6 +80,7 @@ func (h *Handler) registerModels(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	h.forgetServers()
 	writeJSON(w, http.StatusCreated, out)
 	return nil
 }
@@ -119,6 +121,34 @@ func (h *Handler) deleteModels(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	h.forgetServers()
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	return nil
+}
+
+// hasServers reports whether the newest version of ModelName has an
+// endpoint (cached for authTTL: registrations through another gateway
+// replica are seen within it).
+func (h *Handler) hasServers(r *http.Request) (bool, error) {
+	h.serversMu.Lock()
+	c := h.servers
+	h.serversMu.Unlock()
+	if time.Now().Before(c.until) {
+		return c.ok, nil
+	}
+	m, err := h.latest(r, h.cfg.ModelName)
+	if err != nil {
+		return false, err
+	}
+	ok := h.cfg.ModelName != "" && len(m.Endpoints) > 0
+	h.serversMu.Lock()
+	h.servers.ok, h.servers.until = ok, time.Now().Add(authTTL)
+	h.serversMu.Unlock()
+	return ok, nil
+}
+
+func (h *Handler) forgetServers() {
+	h.serversMu.Lock()
+	h.servers.until = time.Time{}
+	h.serversMu.Unlock()
 }

@@ -107,9 +107,16 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 		return detailf(http.StatusNotFound, "Unsupported upstream path: %s", path)
 	}
 	ctx := r.Context()
-	ro, err := h.visible(ctx, r.PathValue("id"))
-	if err != nil {
-		return err
+	rid := r.PathValue("id")
+	// A scoped key was just verified for a running attempt of this rollout
+	// (the proxy checks again); the admin key may name any rollout.
+	scoped, _ := ctx.Value(scopedAttempt{}).(string)
+	var ro store.Rollout
+	if scoped == "" {
+		var err error
+		if ro, err = h.visible(ctx, rid); err != nil {
+			return err
+		}
 	}
 	if h.opt.LLM == nil {
 		return detailf(http.StatusServiceUnavailable, "Proxy not configured")
@@ -133,11 +140,9 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	name := h.cfg.ModelName
-	m, err := h.latest(r, name)
-	if err != nil {
+	if ok, err := h.hasServers(r); err != nil {
 		return err
-	}
-	if name == "" || len(m.Endpoints) == 0 {
+	} else if !ok {
 		return detailf(http.StatusServiceUnavailable, "No servers available for model '%s'", name)
 	}
 	temp := *h.cfg.Train.Temperature
@@ -156,10 +161,6 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	if s, ok := body["stream"]; ok && !bytes.Equal(s, []byte("false")) && !bytes.Equal(s, []byte("null")) {
 		return detailf(http.StatusBadRequest, "Streaming responses are not supported")
 	}
-	at, ok := attemptOf(ro, r.PathValue("aid"))
-	if !ok || at.Status != store.AttemptRunning {
-		return detailf(http.StatusConflict, "Rollout %s has no running attempt %s", ro.ID, r.PathValue("aid"))
-	}
 	prepared, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -168,6 +169,16 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	r2.Body = io.NopCloser(bytes.NewReader(prepared))
 	r2.ContentLength = int64(len(prepared))
 	r2.Header.Set("Content-Type", "application/json")
+	if scoped != "" {
+		r2.URL.Path = "/r/" + rid + "/" + scoped + "/v1/" + path
+		r2.URL.RawPath = ""
+		h.opt.LLM.ServeHTTP(w, r2)
+		return nil
+	}
+	at, ok := attemptOf(ro, r.PathValue("aid"))
+	if !ok || at.Status != store.AttemptRunning {
+		return detailf(http.StatusConflict, "Rollout %s has no running attempt %s", ro.ID, r.PathValue("aid"))
+	}
 	h.opt.LLM.ServeTrusted(w, r2, ro.ID, at.ID, "v1/"+path)
 	return nil
 }
