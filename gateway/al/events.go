@@ -296,9 +296,10 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	out := []Event{}
 	at, ok := attemptOf(ro, DefaultAttemptID)
-	if ok {
+	t, typed := q["event_type"]
+	if ok && (!typed || t[0] != "") {
 		f := store.EventFilter{RolloutID: ro.ID, AttemptID: at.ID}
-		if t, ok := q["event_type"]; ok {
+		if typed {
 			f.Types = []string{t[0]}
 		}
 		evs, err := h.opt.Store.ListEvents(ctx, f)
