@@ -40,6 +40,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -392,7 +393,7 @@ func decodeBody(r *http.Request, v any) error {
 		if errors.As(err, &mbe) {
 			return detailf(http.StatusRequestEntityTooLarge, "request body over %d bytes", mbe.Limit)
 		}
-		if err.Error() == "EOF" {
+		if errors.Is(err, io.EOF) {
 			return validation([]any{"body"}, "Field required")
 		}
 		return validation([]any{"body"}, "JSON decode error: "+err.Error())

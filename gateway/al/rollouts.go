@@ -363,7 +363,7 @@ func dataID(input json.RawMessage) string {
 		return ""
 	}
 	for _, k := range []string{"data_id", "instance_id"} {
-		if v, ok := m[k]; ok && v != nil && v != "" && v != false && v != 0.0 {
+		if v, ok := m[k]; ok && truthy(v) {
 			if s, ok := v.(string); ok {
 				return s
 			}
@@ -372,6 +372,25 @@ func dataID(input json.RawMessage) string {
 		}
 	}
 	return ""
+}
+
+// truthy is Python's bool() of a decoded JSON value.
+func truthy(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case float64:
+		return x != 0
+	case string:
+		return x != ""
+	case []any:
+		return len(x) > 0
+	case map[string]any:
+		return len(x) > 0
+	}
+	return true
 }
 
 // pyStr is Python's str() of a decoded JSON value, for the common cases.
