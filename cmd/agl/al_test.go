@@ -165,6 +165,32 @@ type alClient struct {
 	base string
 	key  string
 	hc   *http.Client
+	// seen collects answers to validate with AL's pydantic schemas
+	// (kind → bodies), see alSchemaKind.
+	seen *[]map[string]string
+}
+
+// alSchemaKind names the AL response model of a 2xx answer to method
+// path (testdata/al/validate.py), "" for none.
+func alSchemaKind(method, path string) string {
+	path, _, _ = strings.Cut(path, "?")
+	switch {
+	case path == "/api/models" && method == "POST":
+		return "models"
+	case path == "/api/rollouts" && method == "POST", path == "/api/rollouts" && method == "GET":
+		return "rollouts"
+	case path == "/api/rollouts/terminal":
+		return "terminal"
+	case strings.HasPrefix(path, "/proxy/") && !strings.HasPrefix(path, "/proxy/rollout/"):
+		return "pause"
+	case strings.HasSuffix(path, "/events") && method == "GET":
+		return "events"
+	case strings.HasSuffix(path, "/events") && method == "POST":
+		return "event"
+	case strings.HasPrefix(path, "/api/rollouts/") && method == "GET":
+		return "detail"
+	}
+	return ""
 }
 
 type alResp struct {
@@ -199,6 +225,9 @@ func (c *alClient) do(method, path string, body any) alResp {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	if k := alSchemaKind(method, path); k != "" && c.seen != nil && resp.StatusCode/100 == 2 {
+		*c.seen = append(*c.seen, map[string]string{"kind": k, "body": string(b)})
+	}
 	return alResp{resp.StatusCode, resp.Header, b}
 }
 
@@ -304,7 +333,8 @@ func TestALReplay(t *testing.T) {
 			t.Logf("controller output:\n%s", ctlLog.String())
 		}
 	}()
-	c := &alClient{t: t, base: "http://" + addr + "/al", key: "crash-key", hc: &http.Client{Timeout: 30 * time.Second}}
+	var seen []map[string]string
+	c := &alClient{t: t, base: "http://" + addr + "/al", key: "crash-key", hc: &http.Client{Timeout: 30 * time.Second}, seen: &seen}
 	endpoint := up.srv.URL + "/v1"
 
 	// AL's health check needs no key; every other route does, in either header.
@@ -629,6 +659,32 @@ func TestALReplay(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("async rollout: %d triplets, want 2 (the slow call and the one after resume)", n)
 	}
+	replay := time.Since(began)
+	validateALSchemas(t, seen)
 	t.Logf("AL v1.0 replay: %s in all (sync phase %s, async phase %s; drain after pause %s), %d upstream calls",
-		time.Since(began).Round(time.Millisecond), syncDone.Round(time.Millisecond), (time.Since(began) - syncDone).Round(time.Millisecond), drained.Round(time.Microsecond), up.count())
+		replay.Round(time.Millisecond), syncDone.Round(time.Millisecond), (replay - syncDone).Round(time.Millisecond), drained.Round(time.Microsecond), up.count())
+}
+
+// validateALSchemas checks the collected answers with AL v1.0's own
+// pydantic models in strict mode (skipped, and said so, without pydantic 2).
+func validateALSchemas(t *testing.T, seen []map[string]string) {
+	t.Helper()
+	if err := exec.Command("python3", "-c", "import pydantic, sys; sys.exit(pydantic.VERSION < '2')").Run(); err != nil {
+		t.Logf("pydantic 2 is not importable: the answers were checked key by key only, not with AL's pydantic schemas")
+		return
+	}
+	f := filepath.Join(t.TempDir(), "answers.json")
+	b, _ := json.Marshal(seen)
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := filepath.Abs("testdata/al")
+	cmd := exec.Command("python3", filepath.Join(dir, "validate.py"), f)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("AL's schemas refuse answers: %v\n%s", err, out)
+	}
+	t.Logf("validated with AL v1.0's pydantic schemas (strict): %s", strings.TrimSpace(string(out)))
 }
