@@ -792,15 +792,17 @@ func (j *journal) close() error {
 // applyJournal inserts journaled entries in one transaction, with the
 // journal offset they end at.
 func (s *Store) applyJournal(ctx context.Context, entries []jentry, gen uint64, end int64) error {
-	return s.tx(ctx, func(tx wtx) error {
+	var enc *store.EncodeBatch
+	err := s.tx(ctx, func(tx wtx) error {
+		enc = s.bases.Batch()
 		ins, err := tx.stmt(ctx, `INSERT INTO events (rollout_id, attempt_id, type, time, data) VALUES (?,?,?,?,?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
 		for _, e := range entries {
 			for _, ev := range e.evs {
-				if _, err := ins.ExecContext(ctx, e.rid, e.aid, ev.Type, ts(ev.Time), []byte(ev.Data)); err != nil {
-					return fmt.Errorf("sqlite store: insert journaled event: %w", err)
+				if _, err := s.insertEvent(ctx, ins, enc, e.rid, e.aid, ev); err != nil {
+					return fmt.Errorf("journaled event: %w", err)
 				}
 			}
 		}
@@ -809,4 +811,8 @@ func (s *Store) applyJournal(ctx context.Context, entries []jentry, gen uint64, 
 		}
 		return nil
 	})
+	if err == nil {
+		enc.Commit()
+	}
+	return err
 }

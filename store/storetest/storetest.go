@@ -54,6 +54,7 @@ func Run(t *testing.T, open Opener) {
 		{"BadAppendFailsAlone", testBadAppendFailsAlone},
 		{"RecordedEvents", testRecordedEvents},
 		{"RecordsRacingCompletion", testRecordsRacingCompletion},
+		{"ModelCallsReadBack", testModelCallsReadBack},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1134,5 +1135,79 @@ func testRecordedEvents(t *testing.T, s store.Store) {
 	ro := must(s.CompleteAttempt(c, cl.Rollout.ID, cl.Attempt.ID, store.AttemptSucceeded, ""))
 	if ro.Reward == nil || *ro.Reward != 0.5 {
 		t.Fatalf("reward after completion: %v", ro.Reward)
+	}
+}
+
+// testModelCallsReadBack stores a long-horizon rollout's model_request
+// events (two agents, a history rewrite, rewards between, several calls in
+// one batch, appended and recorded) and reads them back exactly as
+// written, whole and through every filter.
+func testModelCallsReadBack(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"})
+	cl := claim(t, s)
+	calls, _ := Conversation([]string{"", "critic"}, 30, 2000)
+	rec, _ := s.(store.EventRecorder)
+	var want []store.Event
+	write := func(k int, evs []store.NewEvent) {
+		if rec != nil && k%2 == 0 {
+			if err := rec.RecordEvents(c, "r", cl.Attempt.ID, evs); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			must(s.AppendEvents(c, "r", cl.Attempt.ID, evs))
+		}
+		for _, e := range evs {
+			want = append(want, store.Event{Type: e.Type, Data: e.Data})
+		}
+	}
+	for k := 0; k < len(calls); {
+		var evs []store.NewEvent
+		n := 1 + k%3 // batches of 1 to 3 calls
+		for i := 0; i < n && k < len(calls); i, k = i+1, k+1 {
+			evs = append(evs, store.NewEvent{Type: store.EventModelRequest, Data: calls[k], DataValid: k%2 == 0})
+			if k%4 == 0 {
+				evs = append(evs, store.NewEvent{Type: store.EventReward, Data: json.RawMessage(fmt.Sprintf(`{"value":%d}`, k))})
+			}
+		}
+		write(k, evs)
+	}
+	all := must(s.ListEvents(c, store.EventFilter{RolloutID: "r"}))
+	if len(all) != len(want) {
+		t.Fatalf("%d events listed, %d written", len(all), len(want))
+	}
+	for i, e := range all {
+		if e.Type != want[i].Type || string(e.Data) != string(want[i].Data) {
+			t.Fatalf("event %d (%s) reads back different from what was written", i, e.Type)
+		}
+	}
+	for _, f := range []store.EventFilter{
+		{AfterSeq: all[len(all)/2].Seq},
+		{AfterSeq: all[len(all)-2].Seq},
+		{AfterSeq: all[5].Seq, Limit: 3},
+		{Types: []string{store.EventModelRequest}},
+		{Types: []string{store.EventReward}},
+		{AttemptID: cl.Attempt.ID, AfterSeq: all[10].Seq, Types: []string{store.EventModelRequest}, Limit: 2},
+	} {
+		f.RolloutID = "r"
+		got := must(s.ListEvents(c, f))
+		var exp []store.Event
+		for _, e := range all {
+			if e.Seq > f.AfterSeq && (len(f.Types) == 0 || f.Types[0] == e.Type) && (f.Limit == 0 || len(exp) < f.Limit) {
+				exp = append(exp, e)
+			}
+		}
+		if len(got) != len(exp) {
+			t.Fatalf("filter %+v: %d events, want %d", f, len(got), len(exp))
+		}
+		for i := range got {
+			if got[i].Seq != exp[i].Seq || string(got[i].Data) != string(exp[i].Data) {
+				t.Fatalf("filter %+v: event %d differs", f, got[i].Seq)
+			}
+		}
+	}
+	ro := must(s.CompleteAttempt(c, "r", cl.Attempt.ID, store.AttemptSucceeded, ""))
+	if ro.Reward == nil || *ro.Reward != 28 {
+		t.Fatalf("reward after completion: %v, want the last (28)", ro.Reward)
 	}
 }
