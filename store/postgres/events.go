@@ -56,6 +56,8 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 	var rids, aids, pairR, pairA, types []string
 	var times []time.Time
 	var datas [][]byte
+	var encs []store.Encoding
+	enc := s.bases.Batch()
 	seen := map[[2]string]bool{}
 	for _, a := range batch {
 		if !seen[[2]string{a.RolloutID, ""}] {
@@ -67,8 +69,13 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			pairR, pairA = append(pairR, a.RolloutID), append(pairA, a.AttemptID)
 		}
 		for _, e := range a.Events {
+			en := store.Encoding{Data: e.Data}
+			if !s.plain {
+				en = enc.Encode(a.RolloutID, a.AttemptID, e.Type, e.Data)
+			}
+			encs = append(encs, en)
 			aids = append(aids, a.AttemptID)
-			types, times, datas = append(types, e.Type), append(times, norm(e.Time)), append(datas, []byte(e.Data))
+			types, times, datas = append(types, e.Type), append(times, norm(e.Time)), append(datas, en.Data)
 		}
 	}
 	evRids := make([]string, 0, len(aids))
@@ -77,7 +84,7 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			evRids = append(evRids, a.RolloutID)
 		}
 	}
-	return dbErr("append events", s.retry(func() error {
+	err := dbErr("append events", s.retry(func() error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT id FROM rollouts WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, rids)
 		b.Queue(`SELECT u.rid, u.aid, r.id IS NOT NULL, a.status
@@ -139,8 +146,11 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			return err
 		}
 		slices.Sort(seqs)
-		next := 0
+		next, ei := 0, 0
+		enc = s.bases.Batch()
 		for _, a := range batch {
+			ai := ei
+			ei += len(a.Events)
 			a.Stored, a.Err = nil, nil
 			st := statuses[[2]string{a.RolloutID, a.AttemptID}]
 			switch {
@@ -160,6 +170,7 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			out := make([]store.Event, len(a.Events))
 			for i, e := range a.Events {
 				out[i] = store.Event{Seq: seqs[next+i], RolloutID: a.RolloutID, AttemptID: a.AttemptID, Type: e.Type, Time: norm(e.Time), Data: e.Data}
+				enc.Stored(a.RolloutID, a.AttemptID, encs[ai+i], seqs[next+i])
 			}
 			next += len(a.Events)
 			a.Stored = out
@@ -169,6 +180,10 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 		}
 		return nil
 	}))
+	if err == nil {
+		enc.Commit()
+	}
+	return err
 }
 
 // ListEvents returns a rollout's events in sequence order. A Limit <= 0
@@ -218,6 +233,13 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 		}
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		if err := s.bases.DecodeEvents(out, func(seq int64) ([]byte, error) {
+			var d []byte
+			err := tx.QueryRow(ctx, "SELECT data FROM events WHERE seq = $1", seq).Scan(&d)
+			return d, err
+		}); err != nil {
+			return fmt.Errorf("events of rollout %s: %w", f.RolloutID, err)
 		}
 		if len(out) == 0 {
 			var one int
