@@ -216,8 +216,10 @@ func skipValue(d []byte, i, depth int) int {
 }
 
 // parseIDs parses a JSON array of int32 written exactly as
-// encoding/json writes one ("[1,2,3]"); ok is false for anything else
-// (whitespace, null, floats), which then stays in the skeleton.
+// encoding/json writes one ("[1,-2,3]": no whitespace, no leading zeros,
+// no "-0"); ok is false for anything else (whitespace, null, floats),
+// which then stays in the skeleton. What it accepts formats back to the
+// same bytes.
 func parseIDs(v []byte, ids []int32) ([]int32, bool) {
 	if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
 		return nil, false
@@ -225,20 +227,44 @@ func parseIDs(v []byte, ids []int32) ([]int32, bool) {
 	if len(v) == 2 {
 		return ids, true
 	}
-	start := 1
-	for i := 1; i < len(v); i++ {
-		if v[i] != ',' && v[i] != ']' {
-			continue
+	i, end := 1, len(v)-1
+	for {
+		neg := false
+		if v[i] == '-' {
+			neg = true
+			i++
 		}
-		tok := v[start:i]
-		n, err := strconv.ParseInt(string(tok), 10, 32)
-		if err != nil || len(tok) == 0 || strconv.FormatInt(n, 10) != string(tok) {
+		start := i
+		var n int64
+		for i < end && v[i] >= '0' && v[i] <= '9' {
+			n = n*10 + int64(v[i]-'0')
+			i++
+			if n > 1<<31 {
+				return nil, false
+			}
+		}
+		digits := i - start
+		switch {
+		case digits == 0, digits > 1 && v[start] == '0', neg && n == 0:
+			return nil, false
+		case neg:
+			n = -n
+		}
+		if n > 1<<31-1 || n < -1<<31 {
 			return nil, false
 		}
 		ids = append(ids, int32(n))
-		start = i + 1
+		if i == end {
+			return ids, true
+		}
+		if v[i] != ',' {
+			return nil, false
+		}
+		i++
+		if i == end {
+			return nil, false
+		}
 	}
-	return ids, true
 }
 
 // BaseOf returns the CallBase a model_request event's JSON provides (its

@@ -190,3 +190,28 @@ func TestDecodeEventsChain(t *testing.T) {
 		})
 	}
 }
+
+func TestParseIDs(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{
+		{"[]", true}, {"[0]", true}, {"[1,2,3]", true}, {"[-1,0,7]", true},
+		{"[2147483647,-2147483648]", true},
+		{"[2147483648]", false}, {"[-2147483649]", false}, {"[99999999999999999999]", false},
+		{"[-0]", false}, {"[01]", false}, {"[1,]", false}, {"[,1]", false}, {"[1 ,2]", false},
+		{"[1.5]", false}, {"[1e3]", false}, {"[-]", false}, {"[", false}, {"null", false}, {"[1,,2]", false}, {"[+1]", false},
+	} {
+		ids, ok := parseIDs([]byte(tc.in), nil)
+		if ok != tc.ok {
+			t.Errorf("%s: ok = %v, want %v", tc.in, ok, tc.ok)
+			continue
+		}
+		if ok {
+			b, _ := json.Marshal(append([]int32{}, ids...))
+			if string(b) != tc.in {
+				t.Errorf("%s parsed to %s", tc.in, b)
+			}
+		}
+	}
+}

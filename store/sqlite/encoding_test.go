@@ -138,3 +138,72 @@ func openAt(t *testing.T, path string) *sqlite.Store {
 	}
 	return s
 }
+
+// TestPruneReclaims: pruning gives the space back to the file system, on
+// a database made with auto_vacuum=INCREMENTAL and on one made before
+// (auto_vacuum NONE: VACUUMed once, incremental after).
+func TestPruneReclaims(t *testing.T) {
+	ctx := context.Background()
+	calls, _ := storetest.Conversation([]string{""}, 20, 8192)
+	for _, tc := range []struct {
+		name     string
+		oldStyle bool
+	}{{"incremental", false}, {"created without auto_vacuum", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "agl.db")
+			if tc.oldStyle {
+				db, err := sql.Open("sqlite", "file:"+path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.Exec(`PRAGMA auto_vacuum = NONE; CREATE TABLE x (a)`); err != nil {
+					t.Fatal(err)
+				}
+				db.Close()
+			}
+			s := openAt(t, path)
+			defer s.Close()
+			for i := 0; i < 5; i++ {
+				id := "r" + string(rune('0'+i))
+				if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: id}}); err != nil {
+					t.Fatal(err)
+				}
+				cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range calls {
+					// PlainEvents is not set: big rows come from the
+					// first calls of each attempt being whole.
+					if _, err := s.AppendEvents(ctx, id, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: d}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := s.CompleteAttempt(ctx, id, cl.Attempt.ID, store.AttemptSucceeded, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := s.Prune(ctx, store.PruneFilter{MaxBytes: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Rollouts) != 5 || res.Kept != 0 {
+				t.Fatalf("pruned %d rollouts, kept %d bytes", len(res.Rollouts), res.Kept)
+			}
+			t.Logf("file %d -> %d bytes (events %d)", res.FileBytesBefore, res.FileBytesAfter, res.Bytes)
+			if res.FileBytesAfter >= res.FileBytesBefore-res.Bytes/2 {
+				t.Errorf("file %d -> %d bytes after pruning %d bytes of events", res.FileBytesBefore, res.FileBytesAfter, res.Bytes)
+			}
+			s.Close()
+			db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var mode int
+			if err := db.QueryRow(`PRAGMA auto_vacuum`).Scan(&mode); err != nil || mode != 2 {
+				t.Errorf("auto_vacuum %d (%v), want 2 (incremental)", mode, err)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,7 @@ func Run(t *testing.T, open Opener) {
 		{"RecordedEvents", testRecordedEvents},
 		{"RecordsRacingCompletion", testRecordsRacingCompletion},
 		{"ModelCallsReadBack", testModelCallsReadBack},
+		{"Prune", testPrune},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1210,4 +1212,98 @@ func testModelCallsReadBack(t *testing.T, s store.Store) {
 	if ro.Reward == nil || *ro.Reward != 28 {
 		t.Fatalf("reward after completion: %v, want the last (28)", ro.Reward)
 	}
+}
+
+// testPrune deletes terminal rollouts by age, step and size (a dry run
+// first), never one that runs or waits, and leaves the others' events
+// readable.
+func testPrune(t *testing.T, s store.Store) {
+	p, ok := s.(store.Pruner)
+	if !ok {
+		t.Skip("the store does not prune")
+	}
+	c := ctx(t)
+	calls, _ := Conversation([]string{""}, 6, 1000)
+	// done-0..3 end one after another (steps 0..3), with a rollout's
+	// calls; run-0 keeps running, wait-0 queuing.
+	var mid time.Time
+	for i := 0; i < 4; i++ {
+		create(t, s, store.NewRollout{ID: fmt.Sprint("done-", i), Step: step(int64(i))})
+		cl := claim(t, s)
+		for _, d := range calls {
+			must(s.AppendEvents(c, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: d}}))
+		}
+		status := store.AttemptSucceeded
+		if i == 1 {
+			status = store.AttemptFailed
+		}
+		must(s.CompleteAttempt(c, cl.Rollout.ID, cl.Attempt.ID, status, ""))
+		time.Sleep(20 * time.Millisecond)
+		if i == 1 {
+			mid = time.Now()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	create(t, s, store.NewRollout{ID: "run-0", Step: step(0)})
+	run := claim(t, s)
+	for _, d := range calls {
+		must(s.AppendEvents(c, "run-0", run.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: d}}))
+	}
+	create(t, s, store.NewRollout{ID: "wait-0", Step: step(0)})
+
+	_, err := p.Prune(c, store.PruneFilter{})
+	wantErr(t, err, store.ErrInvalid)
+	pruned := func(res store.PruneResult) []string {
+		var out []string
+		for _, r := range res.Rollouts {
+			out = append(out, r.ID)
+			if r.Events != int64(len(calls)) || r.Bytes <= 0 || r.EndedAt.IsZero() {
+				t.Errorf("pruned %+v: want %d events, their bytes and end", r, len(calls))
+			}
+		}
+		return out
+	}
+	kept := []string{"done-0", "done-1", "done-2", "done-3", "run-0", "wait-0"}
+	for _, tc := range []struct {
+		name string
+		f    store.PruneFilter
+		want []string
+	}{
+		{"dry run by age", store.PruneFilter{OlderThan: mid, DryRun: true}, []string{"done-0", "done-1"}},
+		{"by step", store.PruneFilter{BeforeStep: step(1)}, []string{"done-0"}},
+		{"by age and step", store.PruneFilter{OlderThan: time.Now(), BeforeStep: step(3)}, []string{"done-1", "done-2"}},
+		{"nothing matches", store.PruneFilter{OlderThan: mid}, nil},
+		{"by size", store.PruneFilter{MaxBytes: 1}, []string{"done-3"}},
+		{"never running or queuing", store.PruneFilter{MaxBytes: 1, BeforeStep: step(100)}, nil},
+	} {
+		res := must(p.Prune(c, tc.f))
+		got := pruned(res)
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Fatalf("%s: pruned %v, want %v", tc.name, got, tc.want)
+		}
+		if !tc.f.DryRun {
+			kept = slices.DeleteFunc(kept, func(id string) bool { return slices.Contains(tc.want, id) })
+		}
+		for _, id := range []string{"done-0", "done-1", "done-2", "done-3", "run-0", "wait-0"} {
+			_, err := s.GetRollout(c, id)
+			if slices.Contains(kept, id) {
+				if err != nil {
+					t.Fatalf("%s: %s is gone: %v", tc.name, id, err)
+				}
+				if id != "wait-0" {
+					evs := must(s.ListEvents(c, store.EventFilter{RolloutID: id}))
+					if len(evs) != len(calls) || string(evs[len(evs)-1].Data) != string(calls[len(calls)-1]) {
+						t.Fatalf("%s: %s's events changed", tc.name, id)
+					}
+				}
+			} else {
+				wantErr(t, err, store.ErrNotFound)
+				_, err = s.ListEvents(c, store.EventFilter{RolloutID: id})
+				wantErr(t, err, store.ErrNotFound)
+			}
+		}
+	}
+	// The running attempt still appends and completes.
+	must(s.AppendEvents(c, "run-0", run.Attempt.ID, []store.NewEvent{{Type: store.EventReward, Data: json.RawMessage(`{"value":1}`)}}))
+	must(s.CompleteAttempt(c, "run-0", run.Attempt.ID, store.AttemptSucceeded, ""))
 }
