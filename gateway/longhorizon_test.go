@@ -184,9 +184,11 @@ func lhGateway(b *testing.B, st store.Store, up *fakeVLLM) string {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Wired as runGateway (cmd/agl) does: the proxy records on the store
+	// itself (the SQLite journal), the API goes through the metrics.
+	px := proxy.New(proxy.Config{}, st, proxy.NewUpstreamBackend(cl))
 	m := metrics.New(metrics.Options{Store: st, CallsFromEvents: true})
-	wst := m.WrapStore(st)
-	srv := gateway.New(gateway.Options{Store: wst, LLM: proxy.New(proxy.Config{}, wst, proxy.NewUpstreamBackend(cl)), ReapInterval: -1, Wrap: m.Middleware})
+	srv := gateway.New(gateway.Options{Store: m.WrapStore(st), LLM: px, ReapInterval: -1, Wrap: m.Middleware})
 	hs := httptest.NewServer(srv)
 	b.Cleanup(hs.Close)
 	return hs.URL

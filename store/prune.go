@@ -25,7 +25,9 @@ type PruneFilter struct {
 }
 
 // Set reports whether f selects anything at all.
-func (f PruneFilter) Set() bool { return !f.OlderThan.IsZero() || f.BeforeStep != nil || f.MaxBytes > 0 }
+func (f PruneFilter) Set() bool {
+	return !f.OlderThan.IsZero() || f.BeforeStep != nil || f.MaxBytes > 0
+}
 
 // PrunedRollout is one rollout Prune deleted (or would delete).
 type PrunedRollout struct {
