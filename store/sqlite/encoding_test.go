@@ -1,11 +1,17 @@
 package sqlite_test
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
@@ -206,4 +212,88 @@ func TestPruneReclaims(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestJournalCrashReplayModelCalls: model calls recorded in the journal
+// (stored forms against the last committed call) while the applier is
+// held survive a SIGKILL; replayed, every call reads back exactly.
+func TestJournalCrashReplayModelCalls(t *testing.T) {
+	calls, _ := storetest.Conversation([]string{"", "b"}, 24, 4096)
+	if path := os.Getenv("AGL_JOURNAL_CALLS_CHILD"); path != "" {
+		journalCallsChild(path, calls)
+		return
+	}
+	path := filepath.Join(t.TempDir(), "agl.db")
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestJournalCrashReplayModelCalls$")
+	cmd.Env = append(os.Environ(), "AGL_JOURNAL_CALLS_CHILD="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	ok := false
+	for sc.Scan() {
+		if sc.Text() == "recorded" {
+			ok = true
+			break
+		}
+	}
+	if !ok {
+		t.Fatal("child did not record")
+	}
+	fi, err := os.Stat(path + "-events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole int
+	for _, c := range calls[8:] {
+		whole += len(c)
+	}
+	t.Logf("journal %d bytes for %d bytes of calls", fi.Size(), whole)
+	if fi.Size() > int64(whole/4) {
+		t.Errorf("journal %d bytes for %d bytes of calls: not stored encoded", fi.Size(), whole)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkEvents(t, s, calls)
+}
+
+// journalCallsChild appends 8 calls, records the rest with the applier
+// held, says so, and waits to be killed.
+func journalCallsChild(path string, calls [][]byte) {
+	sqlite.HoldApply()
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if _, err := s.CreateRollouts(ctx, []store.NewRollout{{ID: "r"}}); err != nil {
+		panic(err)
+	}
+	cl, err := s.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
+	if err != nil {
+		panic(err)
+	}
+	for i, d := range calls {
+		ev := []store.NewEvent{{Type: store.EventModelRequest, Data: d, DataValid: true}}
+		if i < 8 {
+			_, err = s.AppendEvents(ctx, "r", cl.Attempt.ID, ev)
+		} else {
+			err = s.RecordEvents(ctx, "r", cl.Attempt.ID, ev)
+		}
+		if err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println("recorded")
+	time.Sleep(time.Minute)
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/aglrl/agl/store"
 )
@@ -97,23 +98,45 @@ func (s *Store) Prune(ctx context.Context, f store.PruneFilter) (store.PruneResu
 	return res, nil
 }
 
-// reclaim returns free pages to the file system and truncates the WAL.
+// reclaim returns free pages to the file system and truncates the WAL. A
+// database created before auto_vacuum was set (or whose incremental
+// vacuum left free pages) is VACUUMed, which also applies the writer's
+// auto_vacuum=INCREMENTAL to it.
 func (s *Store) reclaim(ctx context.Context) error {
-	var mode int
+	var mode, free int
 	if err := s.w.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
 		return err
 	}
-	q := `PRAGMA incremental_vacuum`
-	if mode != 2 {
-		// The writer connection asked for INCREMENTAL, which a VACUUM
-		// applies to a database created before.
-		q = `VACUUM`
+	if mode == 2 {
+		if _, err := s.w.ExecContext(ctx, `PRAGMA incremental_vacuum`); err != nil {
+			return err
+		}
 	}
-	if _, err := s.w.ExecContext(ctx, q); err != nil {
+	if err := s.w.QueryRowContext(ctx, `PRAGMA freelist_count`).Scan(&free); err != nil {
 		return err
 	}
-	_, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
-	return err
+	if free > 0 {
+		if _, err := s.w.ExecContext(ctx, `VACUUM`); err != nil {
+			return err
+		}
+	}
+	// The checkpoint cannot truncate while a reader holds an older
+	// snapshot: try a few times.
+	for i := 0; i < 20; i++ {
+		var busy, logPages, done int
+		if err := s.w.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logPages, &done); err != nil {
+			return err
+		}
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // fileBytes is the size of the database file and its WAL.

@@ -1167,14 +1167,18 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 }
 
 // insertEvent inserts one event in its stored form (store/codec.go) and
-// returns its sequence number.
+// returns its sequence number. An event already in the stored form (one
+// replayed from the journal) is inserted as is.
 func (s *Store) insertEvent(ctx context.Context, ins *sql.Stmt, enc *store.EncodeBatch, rid, aid string, e store.NewEvent) (int64, error) {
-	var en store.Encoding
-	if s.plain {
-		en.Data = e.Data
-	} else {
+	en := store.Encoding{Data: e.Data}
+	if !s.plain && !store.Encoded(e.Data) {
 		en = enc.Encode(rid, aid, e.Type, e.Data)
 	}
+	return s.insertEncoded(ctx, ins, enc, rid, aid, e, en)
+}
+
+// insertEncoded inserts event e stored as en.
+func (s *Store) insertEncoded(ctx context.Context, ins *sql.Stmt, enc *store.EncodeBatch, rid, aid string, e store.NewEvent, en store.Encoding) (int64, error) {
 	res, err := ins.ExecContext(ctx, rid, aid, e.Type, ts(e.Time), en.Data)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite store: insert event: %w", err)
