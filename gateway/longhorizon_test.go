@@ -198,24 +198,23 @@ type lhCall struct {
 	gateway, direct, upstream time.Duration
 }
 
-// lhRollout runs one rollout's calls through the gateway at gw (and, when
-// direct, each request to the upstream first); it returns each call's
-// timings and the final conversation's JSON.
-func lhRollout(ctx context.Context, b *testing.B, hc *http.Client, st store.Store, gw string, up *fakeVLLM, id string, direct bool) ([]lhCall, []byte) {
+// lhClaim creates rollout id and claims it.
+func lhClaim(ctx context.Context, b *testing.B, st store.Store, id string) store.Claim {
 	if _, err := st.CreateRollouts(ctx, []store.NewRollout{{ID: id, Config: store.RolloutConfig{UnresponsiveSeconds: 3600}}}); err != nil {
 		b.Fatal(err)
 	}
-	var cl store.Claim
-	for {
-		var err error
-		if cl, err = st.Claim(ctx, store.ClaimRequest{WorkerID: "bench"}); err != nil {
-			b.Fatal(err)
-		}
-		if cl.Rollout.ID == id {
-			break
-		}
-		b.Fatalf("claimed %s, want %s", cl.Rollout.ID, id)
+	cl, err := st.Claim(ctx, store.ClaimRequest{WorkerID: "bench"})
+	if err != nil || cl.Rollout.ID != id {
+		b.Fatalf("claimed %s (%v), want %s", cl.Rollout.ID, err, id)
 	}
+	return cl
+}
+
+// lhRollout runs one rollout's calls through the gateway at gw (and, when
+// direct, each request to the upstream first); it returns each call's
+// timings and the final conversation's JSON.
+func lhRollout(ctx context.Context, b *testing.B, hc *http.Client, st store.Store, gw string, up *fakeVLLM, cl store.Claim, direct bool) ([]lhCall, []byte) {
+	id := cl.Rollout.ID
 	rng := rand.New(rand.NewPCG(uint64(len(id)), 7))
 	msgs := []map[string]string{{"role": "system", "content": "You are a coding agent. Use the sh tool."}, {"role": "user", "content": "Make the failing test pass."}}
 	post := func(url, key string, body []byte) ([]byte, time.Duration) {
@@ -296,7 +295,7 @@ func benchOne(b *testing.B, backend string, plain bool) {
 		gw := lhGateway(b, s.st, up)
 		before := s.size()
 		b.StartTimer()
-		calls, final := lhRollout(ctx, b, hc, s.st, gw, up, fmt.Sprint("lh-", i), true)
+		calls, final := lhRollout(ctx, b, hc, s.st, gw, up, lhClaim(ctx, b, s.st, fmt.Sprint("lh-", i)), true)
 		b.StopTimer()
 		// Everything written is on disk (the journal applied, the WAL
 		// checkpointed) once the store closed.
@@ -334,10 +333,11 @@ func benchConcurrent(b *testing.B, backend string, plain bool, n int) {
 	for i := 0; i < b.N; i++ {
 		var wg sync.WaitGroup
 		for r := 0; r < n; r++ {
+			cl := lhClaim(ctx, b, s.st, fmt.Sprintf("c%d-%d", i, r))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				calls, _ := lhRollout(ctx, b, hc, s.st, gw, up, fmt.Sprintf("c%d-%d", i, r), false)
+				calls, _ := lhRollout(ctx, b, hc, s.st, gw, up, cl, false)
 				mu.Lock()
 				for _, c := range calls {
 					added = append(added, ms(c.gateway-c.upstream))
