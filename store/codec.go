@@ -17,8 +17,8 @@ import (
 // grows a rollout's storage with the square of its length. Instead an
 // event is stored against a base, an earlier model_request event of the
 // same attempt (the latest of the same agent, when the writer knows it):
-// its prompt ids as the length of the prefix they share with the base's
-// prompt+response ids plus the ids after it, its request as the lengths
+// its prompt ids as the prefix they share with the base's prompt+response
+// ids plus the ids after it, its request as the lengths
 // of the prefix and suffix it shares with the base's request plus the
 // bytes between; token ids as varints, not decimal JSON; everything else
 // (the "skeleton": the JSON with those values cut out) as is; the whole
@@ -42,6 +42,10 @@ import (
 //
 //	holePromptIDs:   uvarint prefix, uvarint n, n uvarint(uint32(id))
 //	holeResponseIDs: uvarint n, n uvarint(uint32(id))
+//
+// where a prompt's prefix is a length in bytes of the base's ids as text
+// (CallBase.IDs, ending at an id), so that neither side parses or prints
+// the ids a call shares with the one before.
 //	holeRequest:     uvarint prefix, uvarint suffix, uvarint n, n bytes
 const (
 	codecMagic0  = 0x00
@@ -60,12 +64,24 @@ const (
 // CallBase is what a later model_request event may be stored against: one
 // stored event's prompt+response ids and request body, decoded.
 type CallBase struct {
-	Seq     int64
-	IDs     []int32 // prompt ids then response ids
+	Seq int64
+	// IDs are the prompt ids then the response ids, as JSON writes them
+	// between the brackets ("1,2,3").
+	IDs     []byte
 	Request []byte
 }
 
-func (b *CallBase) size() int64 { return int64(4*len(b.IDs)+len(b.Request)) + 64 }
+func (b *CallBase) size() int64 { return int64(len(b.IDs)+len(b.Request)) + 64 }
+
+// joinIDs returns the text of the ids of two arrays' insides, in order.
+func joinIDs(a, b []byte) []byte {
+	out := make([]byte, 0, len(a)+1+len(b))
+	out = append(out, a...)
+	if len(a) > 0 && len(b) > 0 {
+		out = append(out, ',')
+	}
+	return append(out, b...)
+}
 
 var (
 	zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
@@ -220,7 +236,7 @@ func skipValue(d []byte, i, depth int) int {
 // no "-0"); ok is false for anything else (whitespace, null, floats),
 // which then stays in the skeleton. What it accepts formats back to the
 // same bytes.
-func parseIDs(v []byte, ids []int32) ([]int32, bool) {
+func parseIDs(v []byte, ids []int32, check bool) ([]int32, bool) {
 	if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
 		return nil, false
 	}
@@ -253,7 +269,9 @@ func parseIDs(v []byte, ids []int32) ([]int32, bool) {
 		if n > 1<<31-1 || n < -1<<31 {
 			return nil, false
 		}
-		ids = append(ids, int32(n))
+		if !check {
+			ids = append(ids, int32(n))
+		}
 		if i == end {
 			return ids, true
 		}
@@ -275,32 +293,40 @@ func BaseOf(data []byte) (b *CallBase, agent string, ok bool) {
 	if !ok {
 		return nil, "", false
 	}
-	b, _, _ = baseFrom(data, holes)
+	b, _ = baseFrom(data, holes)
 	return b, string(ag), true
 }
 
-// baseFrom parses the holes of data; nPrompt is how many of b.IDs are
-// prompt ids, ok whether every id array parsed.
-func baseFrom(data []byte, holes []span) (b *CallBase, nPrompt int, ok bool) {
+// baseFrom checks the id arrays among the holes of data and returns the
+// CallBase data provides; ok is false when an id array is not as
+// encoding/json writes one.
+func baseFrom(data []byte, holes []span) (b *CallBase, ok bool) {
 	b = &CallBase{}
-	var resp []int32
-	ok = true
+	var prompt, resp []byte
 	for _, h := range holes {
 		v := data[h.start:h.end]
 		switch h.kind {
-		case holePromptIDs:
-			ids, good := parseIDs(v, make([]int32, 0, len(v)/5))
-			b.IDs, ok = ids, ok && good
-		case holeResponseIDs:
-			ids, good := parseIDs(v, nil)
-			resp, ok = ids, ok && good
+		case holePromptIDs, holeResponseIDs:
+			if !validIDs(v) {
+				return b, false
+			}
+			if h.kind == holePromptIDs {
+				prompt = v[1 : len(v)-1]
+			} else {
+				resp = v[1 : len(v)-1]
+			}
 		case holeRequest:
 			b.Request = v
 		}
 	}
-	nPrompt = len(b.IDs)
-	b.IDs = append(b.IDs, resp...)
-	return b, nPrompt, ok
+	b.IDs = joinIDs(prompt, resp)
+	return b, true
+}
+
+// validIDs reports whether v is an id array as encoding/json writes one.
+func validIDs(v []byte) bool {
+	_, ok := parseIDs(v, nil, true)
+	return ok
 }
 
 func commonPrefix[T comparable](a, b []T) int {
@@ -321,7 +347,25 @@ func commonSuffix(a, b []byte, max int) int {
 	return i
 }
 
-var bufPool = sync.Pool{New: func() any { return new([]byte) }}
+var (
+	bufPool = sync.Pool{New: func() any { return new([]byte) }}
+	idsPool = sync.Pool{New: func() any { return new([]int32) }}
+)
+
+// idsPrefix is the length of the longest prefix of the ids text a that
+// is also one of b and ends at an id in both (before a ',' or the end).
+func idsPrefix(a, b []byte) int {
+	n := commonPrefix(a, b)
+	at := func(s []byte, i int) bool { return i == len(s) || s[i] == ',' }
+	if n > 0 && at(a, n) && at(b, n) {
+		return n
+	}
+	n = bytes.LastIndexByte(a[:n], ',')
+	if n < 0 {
+		return 0
+	}
+	return n
+}
 
 // EncodeEvent returns the stored form of a model_request event's JSON,
 // encoded against base (nil: none), and the CallBase the event provides
@@ -338,19 +382,16 @@ func EncodeEvent(data []byte, base *CallBase) (stored []byte, self *CallBase, ag
 }
 
 func encodeScanned(data []byte, holes []span, base *CallBase) (stored []byte, self *CallBase) {
-	self, nPrompt, idsOK := baseFrom(data, holes)
-	if !idsOK {
-		return data, self
-	}
 	var baseSeq int64
-	var baseIDs []int32
-	var baseReq []byte
+	var baseIDs, baseReq []byte
 	if base != nil {
 		baseSeq, baseIDs, baseReq = base.Seq, base.IDs, base.Request
 	}
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+	bp, idsBuf := bufPool.Get().(*[]byte), bufPool.Get().(*[]byte)
+	idsScratch := idsPool.Get().(*[]int32)
+	defer func() { bufPool.Put(bp); bufPool.Put(idsBuf); idsPool.Put(idsScratch) }()
 	p := (*bp)[:0]
+	var promptText, respText []byte
 	// skeleton
 	skelLen := len(data)
 	for _, h := range holes {
@@ -376,13 +417,27 @@ func encodeScanned(data []byte, holes []span, base *CallBase) (stored []byte, se
 		prev = off
 		switch h.kind {
 		case holePromptIDs, holeResponseIDs:
-			ids := self.IDs[nPrompt:]
-			if h.kind == holePromptIDs {
-				ids = self.IDs[:nPrompt]
-				pre := commonPrefix(ids, baseIDs)
-				p = binary.AppendUvarint(p, uint64(pre))
-				ids = ids[pre:]
+			if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
+				return data, nil
 			}
+			inner := v[1 : len(v)-1]
+			if h.kind == holePromptIDs {
+				pre := idsPrefix(inner, baseIDs)
+				p = binary.AppendUvarint(p, uint64(pre))
+				inner = inner[pre:]
+				if len(inner) > 0 && inner[0] == ',' {
+					inner = inner[1:]
+				}
+				promptText = v[1 : len(v)-1]
+			} else {
+				respText = inner
+			}
+			// Only the ids past the prefix are parsed (and checked).
+			ids, ok := parseIDs(append(append(append((*idsBuf)[:0], '['), inner...), ']'), (*idsScratch)[:0], false)
+			if !ok {
+				return data, nil
+			}
+			*idsScratch = ids
 			p = binary.AppendUvarint(p, uint64(len(ids)))
 			for _, id := range ids {
 				p = binary.AppendUvarint(p, uint64(uint32(id)))
@@ -411,6 +466,12 @@ func encodeScanned(data []byte, holes []span, base *CallBase) (stored []byte, se
 		}
 	} else {
 		out = append(out, p...)
+	}
+	self = &CallBase{IDs: joinIDs(promptText, respText)}
+	for _, h := range holes {
+		if h.kind == holeRequest {
+			self.Request = data[h.start:h.end]
+		}
 	}
 	// Check the reassembly: what cannot come back exactly is stored as is.
 	got, _, err := decodePayload(p, base, false)
@@ -469,8 +530,7 @@ var errCorrupt = errors.New("store: stored event is corrupt")
 // decodePayload reassembles an event's JSON from its payload, and builds
 // its CallBase when wantSelf.
 func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, error) {
-	var baseIDs []int32
-	var baseReq []byte
+	var baseIDs, baseReq []byte
 	if base != nil {
 		baseIDs, baseReq = base.IDs, base.Request
 	}
@@ -482,14 +542,10 @@ func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, 
 	skel := r.p[:sl]
 	r.p = r.p[sl:]
 	nh := r.uvarint()
-	out := make([]byte, 0, len(skel)+len(baseReq)+8*len(baseIDs)+len(r.p)*2)
+	out := make([]byte, 0, len(skel)+len(baseReq)+len(baseIDs)+len(r.p)*3)
 	at := 0
-	var self *CallBase
-	var resp []int32
-	if wantSelf {
-		self = &CallBase{}
-	}
 	reqStart, reqEnd := -1, -1
+	var prompt, resp [2]int // spans of the ids' text in out
 	for h := uint64(0); h < nh && !r.err; h++ {
 		if len(r.p) == 0 {
 			return nil, nil, errCorrupt
@@ -516,24 +572,9 @@ func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, 
 				return nil, nil, errCorrupt
 			}
 			out = append(out, '[')
-			first := true
-			var ids *[]int32
-			if wantSelf {
-				if kind == holePromptIDs {
-					self.IDs = append(make([]int32, 0, int(pre+n)), baseIDs[:pre]...)
-					ids = &self.IDs
-				} else {
-					resp = make([]int32, 0, n)
-					ids = &resp
-				}
-			}
-			for _, id := range baseIDs[:pre] {
-				if !first {
-					out = append(out, ',')
-				}
-				first = false
-				out = strconv.AppendInt(out, int64(id), 10)
-			}
+			start := len(out)
+			out = append(out, baseIDs[:pre]...)
+			first := pre == 0
 			for i := uint64(0); i < n; i++ {
 				v := r.uvarint()
 				if !first {
@@ -541,9 +582,11 @@ func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, 
 				}
 				first = false
 				out = strconv.AppendInt(out, int64(int32(uint32(v))), 10)
-				if ids != nil {
-					*ids = append(*ids, int32(uint32(v)))
-				}
+			}
+			if kind == holePromptIDs {
+				prompt = [2]int{start, len(out)}
+			} else {
+				resp = [2]int{start, len(out)}
 			}
 			out = append(out, ']')
 		case holeRequest:
@@ -565,8 +608,9 @@ func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, 
 		return nil, nil, errCorrupt
 	}
 	out = append(out, skel[at:]...)
+	var self *CallBase
 	if wantSelf {
-		self.IDs = append(self.IDs, resp...)
+		self = &CallBase{IDs: joinIDs(out[prompt[0]:prompt[1]], out[resp[0]:resp[1]])}
 		if reqStart >= 0 {
 			self.Request = out[reqStart:reqEnd:reqEnd]
 		}
