@@ -46,6 +46,7 @@ import (
 // where a prompt's prefix is a length in bytes of the base's ids as text
 // (CallBase.IDs, ending at an id), so that neither side parses or prints
 // the ids a call shares with the one before.
+//
 //	holeRequest:     uvarint prefix, uvarint suffix, uvarint n, n bytes
 const (
 	codecMagic0  = 0x00
