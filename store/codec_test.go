@@ -221,3 +221,28 @@ func TestParseIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestBases: the cache stays within its bound (oldest out first), keeps
+// the newest base of a key, and forgets an ended attempt.
+func TestBases(t *testing.T) {
+	c := NewBases(10 * 1064)
+	for i := int64(1); i <= 30; i++ {
+		k := baseKey{"r", fmt.Sprint("a", i%3), ""}
+		c.put(&k, &CallBase{Seq: i, IDs: make([]byte, 1000)})
+		if c.size > c.max {
+			t.Fatalf("size %d over %d", c.size, c.max)
+		}
+	}
+	if c.Get(1) != nil || c.Get(30) == nil {
+		t.Errorf("oldest kept or newest dropped")
+	}
+	k := baseKey{"r", "a0", ""}
+	c.put(&k, &CallBase{Seq: 5}) // older than what the key has
+	if b := c.latest(k); b == nil || b.Seq != 30 {
+		t.Errorf("latest of a0 = %v, want 30", b)
+	}
+	c.Forget("r", "a0")
+	if c.latest(k) != nil || c.Get(30) != nil || c.latest(baseKey{"r", "a1", ""}) == nil {
+		t.Errorf("Forget dropped the wrong entries")
+	}
+}

@@ -1010,6 +1010,9 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 		out, err = setRolloutStatus(ctx, tx, r, next, msg, t)
 		return err
 	})
+	if err == nil {
+		s.bases.Forget(rolloutID, attemptID) // no call of it will be stored again
+	}
 	return out, err
 }
 
