@@ -41,7 +41,28 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 		}
 		return []store.Event{}, nil
 	}
-	return s.events.Append(ctx, rolloutID, attemptID, evs)
+	if s.plain {
+		return s.events.Append(ctx, rolloutID, attemptID, evs)
+	}
+	// Encode here, on the caller's goroutine, not in the shared commit:
+	// against the latest committed call of the attempt and agent.
+	enc := s.bases.Batch()
+	encs := make([]store.Encoding, len(evs))
+	stored := slices.Clone(evs)
+	for i := range stored {
+		encs[i] = enc.Encode(rolloutID, attemptID, stored[i].Type, stored[i].Data)
+		stored[i].Data = encs[i].Data
+	}
+	out, err := s.events.Append(ctx, rolloutID, attemptID, stored)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Data = evs[i].Data
+		enc.Stored(rolloutID, attemptID, encs[i], out[i].Seq)
+	}
+	enc.Commit() // committed: bases of later calls
+	return out, nil
 }
 
 // commitEvents is the store.CommitFunc of s.events: one round trip, one
@@ -56,8 +77,6 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 	var rids, aids, pairR, pairA, types []string
 	var times []time.Time
 	var datas [][]byte
-	var encs []store.Encoding
-	enc := s.bases.Batch()
 	seen := map[[2]string]bool{}
 	for _, a := range batch {
 		if !seen[[2]string{a.RolloutID, ""}] {
@@ -69,13 +88,8 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			pairR, pairA = append(pairR, a.RolloutID), append(pairA, a.AttemptID)
 		}
 		for _, e := range a.Events {
-			en := store.Encoding{Data: e.Data}
-			if !s.plain {
-				en = enc.Encode(a.RolloutID, a.AttemptID, e.Type, e.Data)
-			}
-			encs = append(encs, en)
 			aids = append(aids, a.AttemptID)
-			types, times, datas = append(types, e.Type), append(times, norm(e.Time)), append(datas, en.Data)
+			types, times, datas = append(types, e.Type), append(times, norm(e.Time)), append(datas, []byte(e.Data))
 		}
 	}
 	evRids := make([]string, 0, len(aids))
@@ -84,7 +98,7 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			evRids = append(evRids, a.RolloutID)
 		}
 	}
-	err := dbErr("append events", s.retry(func() error {
+	return dbErr("append events", s.retry(func() error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT id FROM rollouts WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, rids)
 		b.Queue(`SELECT u.rid, u.aid, r.id IS NOT NULL, a.status
@@ -146,11 +160,8 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			return err
 		}
 		slices.Sort(seqs)
-		next, ei := 0, 0
-		enc = s.bases.Batch()
+		next := 0
 		for _, a := range batch {
-			ai := ei
-			ei += len(a.Events)
 			a.Stored, a.Err = nil, nil
 			st := statuses[[2]string{a.RolloutID, a.AttemptID}]
 			switch {
@@ -170,7 +181,6 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			out := make([]store.Event, len(a.Events))
 			for i, e := range a.Events {
 				out[i] = store.Event{Seq: seqs[next+i], RolloutID: a.RolloutID, AttemptID: a.AttemptID, Type: e.Type, Time: norm(e.Time), Data: e.Data}
-				enc.Stored(a.RolloutID, a.AttemptID, encs[ai+i], seqs[next+i])
 			}
 			next += len(a.Events)
 			a.Stored = out
@@ -180,10 +190,6 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 		}
 		return nil
 	}))
-	if err == nil {
-		enc.Commit()
-	}
-	return err
 }
 
 // ListEvents returns a rollout's events in sequence order. A Limit <= 0
