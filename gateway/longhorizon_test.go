@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/gateway"
 	"github.com/aglrl/agl/metrics"
@@ -179,7 +180,7 @@ func dirSize(tb testing.TB, dir string) int64 {
 }
 
 // lhGateway serves the gateway on loopback over st, in front of up.
-func lhGateway(b *testing.B, st store.Store, up *fakeVLLM) string {
+func lhGateway(b testing.TB, st store.Store, up *fakeVLLM) string {
 	cl, err := upstream.New(upstream.Config{Models: []upstream.Model{{Name: "m", Endpoints: []string{up.srv.URL + "/v1"}}}})
 	if err != nil {
 		b.Fatal(err)
@@ -194,12 +195,85 @@ func lhGateway(b *testing.B, st store.Store, up *fakeVLLM) string {
 	return hs.URL
 }
 
+// recorded keeps the data of every event the proxy records through it.
+type recorded struct {
+	*sqlite.Store
+	mu   sync.Mutex
+	data [][]byte
+}
+
+func (r *recorded) RecordEvents(ctx context.Context, rid, aid string, evs []store.NewEvent) error {
+	r.mu.Lock()
+	for _, e := range evs {
+		r.data = append(r.data, bytes.Clone(e.Data))
+	}
+	r.mu.Unlock()
+	return r.Store.RecordEvents(ctx, rid, aid, evs)
+}
+
+// TestLongHorizonEventsReadBack is the golden test of the stored form
+// against the gateway's own encoding: a rollout of calls through the real
+// gateway; every model_request event the proxy recorded reads back byte
+// for byte through the API, whole and after a cursor, also after the
+// store was reopened (bases decoded from the file), while it takes a
+// fraction of the space.
+func TestLongHorizonEventsReadBack(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agl.db")
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorded{Store: st}
+	up := newFakeVLLM(t)
+	gw := lhGateway(t, rec, up)
+	cl := lhClaim(ctx, t, st, "golden")
+	_, final := lhRollout(ctx, t, http.DefaultClient, st, gw, up, cl, false, 30)
+	check := func(c *api.Client) {
+		t.Helper()
+		evs, err := c.ListEvents(ctx, store.EventFilter{RolloutID: "golden", Types: []string{store.EventModelRequest}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != len(rec.data) || len(evs) != 30 {
+			t.Fatalf("%d events listed, %d recorded", len(evs), len(rec.data))
+		}
+		for i, e := range evs {
+			if !bytes.Equal(e.Data, rec.data[i]) {
+				t.Fatalf("event %d reads back different from what the gateway recorded", i)
+			}
+		}
+		tail, err := c.ListEvents(ctx, store.EventFilter{RolloutID: "golden", AfterSeq: evs[27].Seq})
+		if err != nil || len(tail) != 2 || !bytes.Equal(tail[1].Data, rec.data[29]) {
+			t.Fatalf("after a cursor: %d events, %v", len(tail), err)
+		}
+	}
+	check(api.NewClient(gw, ""))
+	st.Close()
+	st2, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	check(api.NewClient(lhGateway(t, st2, up), ""))
+	var whole int
+	for _, d := range rec.data {
+		whole += len(d)
+	}
+	size := dirSize(t, dir)
+	t.Logf("%d bytes recorded, %d on disk, final conversation %d", whole, size, len(final))
+	if size > int64(whole/4) {
+		t.Errorf("%d bytes on disk for %d bytes of events", size, whole)
+	}
+}
+
 type lhCall struct {
 	gateway, direct, upstream time.Duration
 }
 
 // lhClaim creates rollout id and claims it.
-func lhClaim(ctx context.Context, b *testing.B, st store.Store, id string) store.Claim {
+func lhClaim(ctx context.Context, b testing.TB, st store.Store, id string) store.Claim {
 	if _, err := st.CreateRollouts(ctx, []store.NewRollout{{ID: id, Config: store.RolloutConfig{UnresponsiveSeconds: 3600}}}); err != nil {
 		b.Fatal(err)
 	}
@@ -213,7 +287,7 @@ func lhClaim(ctx context.Context, b *testing.B, st store.Store, id string) store
 // lhRollout runs one rollout's calls through the gateway at gw (and, when
 // direct, each request to the upstream first); it returns each call's
 // timings and the final conversation's JSON.
-func lhRollout(ctx context.Context, b *testing.B, hc *http.Client, st store.Store, gw string, up *fakeVLLM, cl store.Claim, direct bool) ([]lhCall, []byte) {
+func lhRollout(ctx context.Context, b testing.TB, hc *http.Client, st store.Store, gw string, up *fakeVLLM, cl store.Claim, direct bool, n int) ([]lhCall, []byte) {
 	id := cl.Rollout.ID
 	rng := rand.New(rand.NewPCG(uint64(len(id)), 7))
 	msgs := []map[string]string{{"role": "system", "content": "You are a coding agent. Use the sh tool."}, {"role": "user", "content": "Make the failing test pass."}}
@@ -236,9 +310,9 @@ func lhRollout(ctx context.Context, b *testing.B, hc *http.Client, st store.Stor
 		}
 		return out, took
 	}
-	calls := make([]lhCall, 0, lhCalls)
+	calls := make([]lhCall, 0, n)
 	var body []byte
-	for k := 0; k < lhCalls; k++ {
+	for k := 0; k < n; k++ {
 		name := fmt.Sprintf("tool result %s/%d", id, k)
 		msgs = append(msgs, map[string]string{"role": "user", "content": toolOutput(rng, name)})
 		body, _ = json.Marshal(map[string]any{"model": "m", "messages": msgs, "max_tokens": 64,
@@ -295,7 +369,7 @@ func benchOne(b *testing.B, backend string, plain bool) {
 		gw := lhGateway(b, s.st, up)
 		before := s.size()
 		b.StartTimer()
-		calls, final := lhRollout(ctx, b, hc, s.st, gw, up, lhClaim(ctx, b, s.st, fmt.Sprint("lh-", i)), true)
+		calls, final := lhRollout(ctx, b, hc, s.st, gw, up, lhClaim(ctx, b, s.st, fmt.Sprint("lh-", i)), true, lhCalls)
 		b.StopTimer()
 		// Everything written is on disk (the journal applied, the WAL
 		// checkpointed) once the store closed.
@@ -337,7 +411,7 @@ func benchConcurrent(b *testing.B, backend string, plain bool, n int) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				calls, _ := lhRollout(ctx, b, hc, s.st, gw, up, cl, false)
+				calls, _ := lhRollout(ctx, b, hc, s.st, gw, up, cl, false, lhCalls)
 				mu.Lock()
 				for _, c := range calls {
 					added = append(added, ms(c.gateway-c.upstream))
