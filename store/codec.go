@@ -178,17 +178,24 @@ func skipWS(d []byte, i int) int {
 	return i
 }
 
-// skipString returns the index after the string starting at d[i] ('"').
+// skipString returns the index after the string starting at d[i] ('"'):
+// a quote ends it unless an odd number of backslashes precede it.
 func skipString(d []byte, i int) int {
-	for j := i + 1; j < len(d); j++ {
-		switch d[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
+	for j := i + 1; ; {
+		k := bytes.IndexByte(d[j:], '"')
+		if k < 0 {
+			return -1
 		}
+		q := j + k
+		n := 0
+		for p := q - 1; p > i && d[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
 	}
-	return -1
 }
 
 // skipValue returns the index after the JSON value starting at d[i], -1
@@ -201,7 +208,17 @@ func skipValue(d []byte, i, depth int) int {
 	switch d[i] {
 	case '"':
 		return skipString(d, i)
-	case '{', '[':
+	case '[':
+		// An array of numbers (token ids) without the general loop.
+		j := i + 1
+		for j < len(d) && (d[j] >= '0' && d[j] <= '9' || d[j] == ',' || d[j] == '-') {
+			j++
+		}
+		if j < len(d) && d[j] == ']' {
+			return j + 1
+		}
+		fallthrough
+	case '{':
 		level := 0
 		for j := i; j < len(d); j++ {
 			switch d[j] {
@@ -330,19 +347,33 @@ func validIDs(v []byte) bool {
 	return ok
 }
 
-func commonPrefix[T comparable](a, b []T) int {
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []byte) int {
 	n := min(len(a), len(b))
 	i := 0
+	for _, step := range [...]int{4096, 64} {
+		for i+step <= n && bytes.Equal(a[i:i+step], b[i:i+step]) {
+			i += step
+		}
+	}
 	for i < n && a[i] == b[i] {
 		i++
 	}
 	return i
 }
 
+// commonSuffix is the length of the longest common suffix of a and b, at
+// most max.
 func commonSuffix(a, b []byte, max int) int {
 	n := min(len(a), len(b), max)
+	la, lb := len(a), len(b)
 	i := 0
-	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
+	for _, step := range [...]int{4096, 64} {
+		for i+step <= n && bytes.Equal(a[la-i-step:la-i], b[lb-i-step:lb-i]) {
+			i += step
+		}
+	}
+	for i < n && a[la-1-i] == b[lb-1-i] {
 		i++
 	}
 	return i

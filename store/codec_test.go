@@ -246,3 +246,36 @@ func TestBases(t *testing.T) {
 		t.Errorf("Forget dropped the wrong entries")
 	}
 }
+
+func TestScanHelpers(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int // skipValue's end, -1: none
+	}{
+		{`"abc"`, 5}, {`"a\"b"`, 6}, {`"a\\"`, 5}, {`"a\\\"b"`, 8}, {`"\\\\"`, 6}, {`"open`, -1}, {`"a\"`, -1},
+		{`[1,2,3]`, 7}, {`[]`, 2}, {`[1,[2],3]`, 9}, {`[1,"]",2]`, 9}, {`{"a":[1,2],"b":"}"}`, 19}, {`[1,2`, -1},
+		{`-12,`, 3}, {`true}`, 4},
+	} {
+		if got := skipValue([]byte(tc.in), 0, 0); got != tc.want {
+			t.Errorf("skipValue(%s) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+	long := []byte(strings.Repeat("abcdefgh", 2000))
+	for _, n := range []int{0, 1, 63, 64, 65, 4095, 4096, 4097, 9000, len(long)} {
+		a := append([]byte{}, long...)
+		b := append([]byte{}, long...)
+		if n < len(long) {
+			b[n] ^= 1
+		}
+		if got := commonPrefix(a, b); got != n {
+			t.Errorf("commonPrefix differing at %d = %d", n, got)
+		}
+		c := append([]byte{}, long...)
+		if n < len(long) {
+			c[len(c)-1-n] ^= 1
+		}
+		if got := commonSuffix(a, c, len(a)); got != n {
+			t.Errorf("commonSuffix differing %d from the end = %d", n, got)
+		}
+	}
+}
