@@ -31,7 +31,7 @@ func commands() []command {
 		{"rollouts", "list and inspect rollouts on a running gateway (ls | show ID | events ID)", runRollouts},
 		{"model", "create or inspect a model (init --config FILE|--preset NAME --out DIR | info DIR)", runModel},
 		{"sft", "supervised warm start on a JSONL of conversations", runSFT},
-		{"store", "check and repair a data dir's store (recover --data-dir DIR)", runStore},
+		{"store", "check, repair and prune a data dir's store (recover --data-dir DIR; prune --older-than AGE | --before-step N | --max-bytes SIZE [--dry-run])", runStore},
 		{"export", "write training samples of terminal rollouts as JSONL or Parquet", runExport},
 		{"version", "print the version", runVersion},
 	}

@@ -272,6 +272,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 	if err != nil {
 		return store.Rollout{}, dbErr("complete attempt", err)
 	}
+	s.bases.Forget(rolloutID, attemptID) // no call of it will be stored again
 	return out, nil
 }
 

@@ -41,7 +41,28 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 		}
 		return []store.Event{}, nil
 	}
-	return s.events.Append(ctx, rolloutID, attemptID, evs)
+	if s.plain {
+		return s.events.Append(ctx, rolloutID, attemptID, evs)
+	}
+	// Encode here, on the caller's goroutine, not in the shared commit:
+	// against the latest committed call of the attempt and agent.
+	enc := s.bases.Batch()
+	encs := make([]store.Encoding, len(evs))
+	stored := slices.Clone(evs)
+	for i := range stored {
+		encs[i] = enc.Encode(rolloutID, attemptID, stored[i].Type, stored[i].Data)
+		stored[i].Data = encs[i].Data
+	}
+	out, err := s.events.Append(ctx, rolloutID, attemptID, stored)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Data = evs[i].Data
+		enc.Stored(rolloutID, attemptID, encs[i], out[i].Seq)
+	}
+	enc.Commit() // committed: bases of later calls
+	return out, nil
 }
 
 // commitEvents is the store.CommitFunc of s.events: one round trip, one
@@ -218,6 +239,13 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 		}
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		if err := s.bases.DecodeEvents(out, func(seq int64) ([]byte, error) {
+			var d []byte
+			err := tx.QueryRow(ctx, "SELECT data FROM events WHERE seq = $1", seq).Scan(&d)
+			return d, err
+		}); err != nil {
+			return fmt.Errorf("events of rollout %s: %w", f.RolloutID, err)
 		}
 		if len(out) == 0 {
 			var one int

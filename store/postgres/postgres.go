@@ -36,6 +36,17 @@ type Store struct {
 	pool   *pgxpool.Pool
 	closed atomic.Bool
 	events *store.GroupCommit // batches concurrent AppendEvents into shared transactions
+	bases  *store.Bases       // what model_request events are stored against (store/codec.go)
+	plain  bool               // Options.PlainEvents
+}
+
+// Options tune the backend.
+type Options struct {
+	// PlainEvents stores every event as its JSON, as stores before schema
+	// version 3 did (model_request events in full, a rollout's storage
+	// quadratic in its length): only to measure against. Either way rows
+	// of both forms are read.
+	PlainEvents bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -53,6 +64,11 @@ const DefaultMaxConns = 16
 
 // Open connects to url, creates or migrates the schema, and returns the store.
 func Open(ctx context.Context, url string) (*Store, error) {
+	return OpenOptions(ctx, url, Options{})
+}
+
+// OpenOptions is Open with options.
+func OpenOptions(ctx context.Context, url string, opt Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse url: %w", err)
@@ -76,7 +92,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, bases: store.NewBases(store.DefaultBasesBytes), plain: opt.PlainEvents}
 	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{MaxInFlight: EventWriters})
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
@@ -111,7 +127,7 @@ func ensureSchema(ctx context.Context, cc *pgx.ConnConfig, searchPath string) er
 }
 
 // SchemaVersion is the version this code writes and understands.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] brings a database from version i to i+1.
 var migrations = []string{
@@ -201,6 +217,10 @@ CREATE TABLE IF NOT EXISTS train_steps (
 	PRIMARY KEY (run, mode, step)
 );
 `,
+	// 3: model_request events are stored in the encoded form of
+	// store/codec.go (told apart from JSON by their first byte, so rows
+	// written before stay as they are and read as they did).
+	`SELECT 1`,
 }
 
 // afterMigration[v] runs in the migration transaction once the schema

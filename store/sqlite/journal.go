@@ -77,8 +77,9 @@ type journal struct {
 
 type jentry struct {
 	rid, aid string
-	evs      []store.NewEvent
-	end      int64 // file offset after the record
+	evs      []store.NewEvent // Data in the stored form (store/codec.go) or JSON
+	encs     []store.Encoding // how evs were encoded when recorded; nil when replayed
+	end      int64            // file offset after the record
 }
 
 // The journal's format. A file starts with a header: the magic (which
@@ -494,6 +495,15 @@ func appendPayload(b []byte, rid, aid string, evs []store.NewEvent) []byte {
 }
 
 func decodeRecord(p []byte) (jentry, bool) {
+	e, ok := decodeRecordShared(p)
+	for i := range e.evs {
+		e.evs[i].Data = bytes.Clone(e.evs[i].Data)
+	}
+	return e, ok
+}
+
+// decodeRecordShared is decodeRecord with the events' data pointing into p.
+func decodeRecordShared(p []byte) (jentry, bool) {
 	var e jentry
 	bad := false
 	str := func() []byte {
@@ -521,7 +531,7 @@ func decodeRecord(p []byte) (jentry, bool) {
 		}
 		p = p[k:]
 		ev.Time = fromTS(t)
-		ev.Data = bytes.Clone(str())
+		ev.Data = str()
 		if bad {
 			return e, false
 		}
@@ -539,13 +549,24 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 	if err := j.checkRunning(ctx, rid, aid); err != nil {
 		return err
 	}
+	// The journal holds each event in its stored form: a call is
+	// encoded against the latest committed call of its attempt and
+	// agent, so it writes what is new, not the whole history.
+	var encs []store.Encoding
+	if !j.s.plain {
+		encs = make([]store.Encoding, len(evs))
+		b := j.s.bases.Batch()
+		evs = slices.Clone(evs)
+		for i := range evs {
+			encs[i] = b.Encode(rid, aid, evs[i].Type, evs[i].Data)
+			evs[i].Data = encs[i].Data
+		}
+	}
 	rec := encodeRecord(rid, aid, evs)
 	// The events wait in memory until applied: keep them from the
-	// caller's later changes.
-	evs = slices.Clone(evs)
-	for i := range evs {
-		evs[i].Data = bytes.Clone(evs[i].Data)
-	}
+	// caller's later changes (they point into rec, written once).
+	ent, _ := decodeRecordShared(rec[recHeaderLen:])
+	evs = ent.evs
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for {
@@ -579,7 +600,7 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 		return fmt.Errorf("sqlite store: write event journal: %w", err)
 	}
 	j.written += int64(len(rec))
-	j.pending = append(j.pending, jentry{rid: rid, aid: aid, evs: evs, end: j.written})
+	j.pending = append(j.pending, jentry{rid: rid, aid: aid, evs: evs, encs: encs, end: j.written})
 	poke(j.wake)
 	if len(j.pending) >= applyNow {
 		poke(j.urgent)
@@ -792,15 +813,23 @@ func (j *journal) close() error {
 // applyJournal inserts journaled entries in one transaction, with the
 // journal offset they end at.
 func (s *Store) applyJournal(ctx context.Context, entries []jentry, gen uint64, end int64) error {
-	return s.tx(ctx, func(tx wtx) error {
+	var enc *store.EncodeBatch
+	err := s.tx(ctx, func(tx wtx) error {
+		enc = s.bases.Batch()
 		ins, err := tx.stmt(ctx, `INSERT INTO events (rollout_id, attempt_id, type, time, data) VALUES (?,?,?,?,?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
 		}
 		for _, e := range entries {
-			for _, ev := range e.evs {
-				if _, err := ins.ExecContext(ctx, e.rid, e.aid, ev.Type, ts(ev.Time), []byte(ev.Data)); err != nil {
-					return fmt.Errorf("sqlite store: insert journaled event: %w", err)
+			for i, ev := range e.evs {
+				var err error
+				if e.encs != nil {
+					_, err = s.insertEncoded(ctx, ins, enc, e.rid, e.aid, ev, e.encs[i])
+				} else {
+					_, err = s.insertEvent(ctx, ins, enc, e.rid, e.aid, ev)
+				}
+				if err != nil {
+					return fmt.Errorf("journaled event: %w", err)
 				}
 			}
 		}
@@ -809,4 +838,8 @@ func (s *Store) applyJournal(ctx context.Context, entries []jentry, gen uint64, 
 		}
 		return nil
 	})
+	if err == nil {
+		enc.Commit()
+	}
+	return err
 }

@@ -50,6 +50,8 @@ type Store struct {
 	stmts map[string]*sql.Stmt // prepared on w, reused by every write transaction
 
 	events *store.GroupCommit // batches concurrent AppendEvents into shared transactions
+	bases  *store.Bases       // what model_request events are stored against (store/codec.go)
+	plain  bool               // Options.PlainEvents
 
 	// The WAL is checkpointed in the background (ck, its own connection),
 	// off the commit path; see checkpointLoop.
@@ -79,6 +81,11 @@ type Options struct {
 	// holds that are not yet applied are not seen (JournalBacklog says
 	// how many bytes).
 	ReadOnly bool
+	// PlainEvents stores every event as its JSON, as stores before schema
+	// version 3 did (model_request events in full, a rollout's storage
+	// quadratic in its length): only to measure against. Either way
+	// rows of both forms are read.
+	PlainEvents bool
 	// Logger receives warnings (an incomplete journal tail dropped on
 	// open); nil: none.
 	Logger *slog.Logger
@@ -130,7 +137,9 @@ func openRW(ctx context.Context, path string, opt Options) (*Store, error) {
 	}
 	// The writer checkpoints only when the background checkpointer falls
 	// far behind.
-	w, err := sql.Open("sqlite", dsn("immediate", fmt.Sprintf("wal_autocheckpoint(%d)", fallbackCheckpointPages)))
+	// auto_vacuum: a new database frees pages incrementally (Prune); an
+	// older one takes the setting at its next VACUUM.
+	w, err := sql.Open("sqlite", dsn("immediate", fmt.Sprintf("wal_autocheckpoint(%d)", fallbackCheckpointPages), "auto_vacuum(INCREMENTAL)"))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: open %s: %w", path, err)
 	}
@@ -187,6 +196,7 @@ func newStore(w, r, ck *sql.DB, path string, opt Options) *Store {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{w: w, r: r, ck: ck, stmts: map[string]*sql.Stmt{}, path: path, log: log,
+		bases: store.NewBases(store.DefaultBasesBytes), plain: opt.PlainEvents,
 		dirty: make(chan struct{}, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{})}
 	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{})
 	go s.checkpointLoop()
@@ -383,10 +393,35 @@ CREATE TABLE IF NOT EXISTS train_steps (
 );
 `
 
+// SchemaVersion is the database's user_version this build writes: 3 stores
+// model_request events in the encoded form of store/codec.go (rows of
+// earlier versions stay as they are, and are read as they were).
+const SchemaVersion = 3
+
 // migrate brings a database created by an earlier version up to date: it
 // adds the rollouts.step column (filled from each rollout's metadata) and
-// what schema2 creates.
+// what schema2 creates, and records SchemaVersion. A database of a newer
+// version is refused.
 func migrate(ctx context.Context, w *sql.DB) error {
+	var v int
+	if err := w.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("database schema version %d is newer than this build's %d: use a newer agl", v, SchemaVersion)
+	}
+	if err := migrate2(ctx, w); err != nil {
+		return err
+	}
+	if v < SchemaVersion {
+		if _, err := w.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, SchemaVersion)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func migrate2(ctx context.Context, w *sql.DB) error {
 	var n int
 	if err := w.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('rollouts') WHERE name = 'step'`).Scan(&n); err != nil {
 		return err
@@ -975,6 +1010,9 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 		out, err = setRolloutStatus(ctx, tx, r, next, msg, t)
 		return err
 	})
+	if err == nil {
+		s.bases.Forget(rolloutID, attemptID) // no call of it will be stored again
+	}
 	return out, err
 }
 
@@ -1072,7 +1110,9 @@ func (s *Store) RecordEvents(ctx context.Context, rolloutID, attemptID string, i
 // commitEvents is the store.CommitFunc of s.events: one write transaction
 // for a batch of appends.
 func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
-	return s.tx(ctx, func(tx wtx) error {
+	var enc *store.EncodeBatch
+	err := s.tx(ctx, func(tx wtx) error {
+		enc = s.bases.Batch()
 		check, err := tx.stmt(ctx, `SELECT status FROM attempts WHERE id = ? AND rollout_id = ?`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
@@ -1113,13 +1153,9 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 			}
 			out := make([]store.Event, len(a.Events))
 			for j, e := range a.Events {
-				res, err := ins.ExecContext(ctx, a.RolloutID, a.AttemptID, e.Type, ts(e.Time), []byte(e.Data))
+				seq, err := s.insertEvent(ctx, ins, enc, a.RolloutID, a.AttemptID, e)
 				if err != nil {
-					return fmt.Errorf("sqlite store: insert event: %w", err)
-				}
-				seq, err := res.LastInsertId()
-				if err != nil {
-					return fmt.Errorf("sqlite store: event seq: %w", err)
+					return err
 				}
 				out[j] = store.Event{Seq: seq, RolloutID: a.RolloutID, AttemptID: a.AttemptID, Type: e.Type, Time: fromTS(ts(e.Time)), Data: e.Data}
 			}
@@ -1127,6 +1163,35 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 		}
 		return nil
 	})
+	if err == nil {
+		enc.Commit()
+	}
+	return err
+}
+
+// insertEvent inserts one event in its stored form (store/codec.go) and
+// returns its sequence number. An event already in the stored form (one
+// replayed from the journal) is inserted as is.
+func (s *Store) insertEvent(ctx context.Context, ins *sql.Stmt, enc *store.EncodeBatch, rid, aid string, e store.NewEvent) (int64, error) {
+	en := store.Encoding{Data: e.Data}
+	if !s.plain && !store.Encoded(e.Data) {
+		en = enc.Encode(rid, aid, e.Type, e.Data)
+	}
+	return s.insertEncoded(ctx, ins, enc, rid, aid, e, en)
+}
+
+// insertEncoded inserts event e stored as en.
+func (s *Store) insertEncoded(ctx context.Context, ins *sql.Stmt, enc *store.EncodeBatch, rid, aid string, e store.NewEvent, en store.Encoding) (int64, error) {
+	res, err := ins.ExecContext(ctx, rid, aid, e.Type, ts(e.Time), en.Data)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite store: insert event: %w", err)
+	}
+	seq, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("sqlite store: event seq: %w", err)
+	}
+	enc.Stored(rid, aid, en, seq)
+	return seq, nil
 }
 
 // ListEvents implements store.Store.
@@ -1172,6 +1237,13 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite store: list events: %w", err)
+	}
+	if err := s.bases.DecodeEvents(out, func(seq int64) ([]byte, error) {
+		var d []byte
+		err := s.r.QueryRowContext(ctx, `SELECT data FROM events WHERE seq = ?`, seq).Scan(&d)
+		return d, err
+	}); err != nil {
+		return nil, fmt.Errorf("sqlite store: list events of rollout %s: %w", f.RolloutID, err)
 	}
 	if len(out) == 0 {
 		if _, err := getRollout(ctx, s.r, f.RolloutID); err != nil {

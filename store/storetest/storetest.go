@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,8 @@ func Run(t *testing.T, open Opener) {
 		{"RecordedEvents", testRecordedEvents},
 		{"RecordsRacingCompletion", testRecordsRacingCompletion},
 		{"LateWriter", testLateWriter},
+		{"ModelCallsReadBack", testModelCallsReadBack},
+		{"Prune", testPrune},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1136,4 +1139,172 @@ func testRecordedEvents(t *testing.T, s store.Store) {
 	if ro.Reward == nil || *ro.Reward != 0.5 {
 		t.Fatalf("reward after completion: %v", ro.Reward)
 	}
+}
+
+// testModelCallsReadBack stores a long-horizon rollout's model_request
+// events (two agents, a history rewrite, rewards between, several calls in
+// one batch, appended and recorded) and reads them back exactly as
+// written, whole and through every filter.
+func testModelCallsReadBack(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"})
+	cl := claim(t, s)
+	calls, _ := Conversation([]string{"", "critic"}, 30, 2000)
+	rec, _ := s.(store.EventRecorder)
+	var want []store.Event
+	write := func(k int, evs []store.NewEvent) {
+		if rec != nil && k%2 == 0 {
+			if err := rec.RecordEvents(c, "r", cl.Attempt.ID, evs); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			must(s.AppendEvents(c, "r", cl.Attempt.ID, evs))
+		}
+		for _, e := range evs {
+			want = append(want, store.Event{Type: e.Type, Data: e.Data})
+		}
+	}
+	for k := 0; k < len(calls); {
+		var evs []store.NewEvent
+		n := 1 + k%3 // batches of 1 to 3 calls
+		for i := 0; i < n && k < len(calls); i, k = i+1, k+1 {
+			evs = append(evs, store.NewEvent{Type: store.EventModelRequest, Data: calls[k], DataValid: k%2 == 0})
+			if k%4 == 0 {
+				evs = append(evs, store.NewEvent{Type: store.EventReward, Data: json.RawMessage(fmt.Sprintf(`{"value":%d}`, k))})
+			}
+		}
+		write(k, evs)
+	}
+	all := must(s.ListEvents(c, store.EventFilter{RolloutID: "r"}))
+	if len(all) != len(want) {
+		t.Fatalf("%d events listed, %d written", len(all), len(want))
+	}
+	for i, e := range all {
+		if e.Type != want[i].Type || string(e.Data) != string(want[i].Data) {
+			t.Fatalf("event %d (%s) reads back different from what was written", i, e.Type)
+		}
+	}
+	for _, f := range []store.EventFilter{
+		{AfterSeq: all[len(all)/2].Seq},
+		{AfterSeq: all[len(all)-2].Seq},
+		{AfterSeq: all[5].Seq, Limit: 3},
+		{Types: []string{store.EventModelRequest}},
+		{Types: []string{store.EventReward}},
+		{AttemptID: cl.Attempt.ID, AfterSeq: all[10].Seq, Types: []string{store.EventModelRequest}, Limit: 2},
+	} {
+		f.RolloutID = "r"
+		got := must(s.ListEvents(c, f))
+		var exp []store.Event
+		for _, e := range all {
+			if e.Seq > f.AfterSeq && (len(f.Types) == 0 || f.Types[0] == e.Type) && (f.Limit == 0 || len(exp) < f.Limit) {
+				exp = append(exp, e)
+			}
+		}
+		if len(got) != len(exp) {
+			t.Fatalf("filter %+v: %d events, want %d", f, len(got), len(exp))
+		}
+		for i := range got {
+			if got[i].Seq != exp[i].Seq || string(got[i].Data) != string(exp[i].Data) {
+				t.Fatalf("filter %+v: event %d differs", f, got[i].Seq)
+			}
+		}
+	}
+	ro := must(s.CompleteAttempt(c, "r", cl.Attempt.ID, store.AttemptSucceeded, ""))
+	if ro.Reward == nil || *ro.Reward != 28 {
+		t.Fatalf("reward after completion: %v, want the last (28)", ro.Reward)
+	}
+}
+
+// testPrune deletes terminal rollouts by age, step and size (a dry run
+// first), never one that runs or waits, and leaves the others' events
+// readable.
+func testPrune(t *testing.T, s store.Store) {
+	p, ok := s.(store.Pruner)
+	if !ok {
+		t.Skip("the store does not prune")
+	}
+	c := ctx(t)
+	calls, _ := Conversation([]string{""}, 6, 1000)
+	// done-0..3 end one after another (steps 0..3), with a rollout's
+	// calls; run-0 keeps running, wait-0 queuing.
+	var mid time.Time
+	for i := 0; i < 4; i++ {
+		create(t, s, store.NewRollout{ID: fmt.Sprint("done-", i), Step: step(int64(i))})
+		cl := claim(t, s)
+		for _, d := range calls {
+			must(s.AppendEvents(c, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: d}}))
+		}
+		status := store.AttemptSucceeded
+		if i == 1 {
+			status = store.AttemptFailed
+		}
+		must(s.CompleteAttempt(c, cl.Rollout.ID, cl.Attempt.ID, status, ""))
+		time.Sleep(20 * time.Millisecond)
+		if i == 1 {
+			mid = time.Now()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	create(t, s, store.NewRollout{ID: "run-0", Step: step(0)})
+	run := claim(t, s)
+	for _, d := range calls {
+		must(s.AppendEvents(c, "run-0", run.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: d}}))
+	}
+	create(t, s, store.NewRollout{ID: "wait-0", Step: step(0)})
+
+	_, err := p.Prune(c, store.PruneFilter{})
+	wantErr(t, err, store.ErrInvalid)
+	pruned := func(res store.PruneResult) []string {
+		var out []string
+		for _, r := range res.Rollouts {
+			out = append(out, r.ID)
+			if r.Events != int64(len(calls)) || r.Bytes <= 0 || r.EndedAt.IsZero() {
+				t.Errorf("pruned %+v: want %d events, their bytes and end", r, len(calls))
+			}
+		}
+		return out
+	}
+	kept := []string{"done-0", "done-1", "done-2", "done-3", "run-0", "wait-0"}
+	for _, tc := range []struct {
+		name string
+		f    store.PruneFilter
+		want []string
+	}{
+		{"dry run by age", store.PruneFilter{OlderThan: mid, DryRun: true}, []string{"done-0", "done-1"}},
+		{"by step", store.PruneFilter{BeforeStep: step(1)}, []string{"done-0"}},
+		{"by age and step", store.PruneFilter{OlderThan: time.Now(), BeforeStep: step(3)}, []string{"done-1", "done-2"}},
+		{"nothing matches", store.PruneFilter{OlderThan: mid}, nil},
+		{"by size", store.PruneFilter{MaxBytes: 1}, []string{"done-3"}},
+		{"never running or queuing", store.PruneFilter{MaxBytes: 1, BeforeStep: step(100)}, nil},
+	} {
+		res := must(p.Prune(c, tc.f))
+		got := pruned(res)
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Fatalf("%s: pruned %v, want %v", tc.name, got, tc.want)
+		}
+		if !tc.f.DryRun {
+			kept = slices.DeleteFunc(kept, func(id string) bool { return slices.Contains(tc.want, id) })
+		}
+		for _, id := range []string{"done-0", "done-1", "done-2", "done-3", "run-0", "wait-0"} {
+			_, err := s.GetRollout(c, id)
+			if slices.Contains(kept, id) {
+				if err != nil {
+					t.Fatalf("%s: %s is gone: %v", tc.name, id, err)
+				}
+				if id != "wait-0" {
+					evs := must(s.ListEvents(c, store.EventFilter{RolloutID: id}))
+					if len(evs) != len(calls) || string(evs[len(evs)-1].Data) != string(calls[len(calls)-1]) {
+						t.Fatalf("%s: %s's events changed", tc.name, id)
+					}
+				}
+			} else {
+				wantErr(t, err, store.ErrNotFound)
+				_, err = s.ListEvents(c, store.EventFilter{RolloutID: id})
+				wantErr(t, err, store.ErrNotFound)
+			}
+		}
+	}
+	// The running attempt still appends and completes.
+	must(s.AppendEvents(c, "run-0", run.Attempt.ID, []store.NewEvent{{Type: store.EventReward, Data: json.RawMessage(`{"value":1}`)}}))
+	must(s.CompleteAttempt(c, "run-0", run.Attempt.ID, store.AttemptSucceeded, ""))
 }

@@ -1,0 +1,666 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// The stored form of a "model_request" event (what both backends write in
+// the events table's data column since schema version 3). A rollout's
+// calls resend their whole history, so storing each event's JSON as is
+// grows a rollout's storage with the square of its length. Instead an
+// event is stored against a base, an earlier model_request event of the
+// same attempt (the latest of the same agent, when the writer knows it):
+// its prompt ids as the prefix they share with the base's prompt+response
+// ids plus the ids after it, its request as the lengths
+// of the prefix and suffix it shares with the base's request plus the
+// bytes between; token ids as varints, not decimal JSON; everything else
+// (the "skeleton": the JSON with those values cut out) as is; the whole
+// zstd-compressed when that is smaller.
+//
+// Readers get the JSON back byte for byte (DecodeEvent): the encoder only
+// cuts out a value it can put back exactly, and checks the reassembly
+// before storing it. Any other event, and every row written before schema
+// version 3, is stored as its JSON: a stored form starts with the byte
+// 0x00, which no JSON text does, so the two tell apart without a column.
+//
+// A base is named by its sequence number and decoded from the store, so a
+// stored event is reconstructible from the store alone, whichever process
+// wrote it. An attempt's events are deleted together (Prune deletes whole
+// rollouts), so a base outlives every event stored against it.
+//
+// Layout: 0x00 'E' version flags, uvarint base seq (0: none), then the
+// payload (zstd-compressed when flags&1): uvarint len(skeleton), skeleton,
+// uvarint number of holes, and per hole in order of position: kind byte,
+// uvarint offset in the skeleton (from the previous hole's), and
+//
+//	holePromptIDs:   uvarint prefix, uvarint n, n uvarint(uint32(id))
+//	holeResponseIDs: uvarint n, n uvarint(uint32(id))
+//
+// where a prompt's prefix is a length in bytes of the base's ids as text
+// (CallBase.IDs, ending at an id), so that neither side parses or prints
+// the ids a call shares with the one before.
+//
+//	holeRequest:     uvarint prefix, uvarint suffix, uvarint n, n bytes
+const (
+	codecMagic0  = 0x00
+	codecMagic1  = 'E'
+	codecVersion = 1
+	flagZstd     = 1
+
+	holePromptIDs   = 1
+	holeResponseIDs = 2
+	holeRequest     = 3
+
+	// compressMin: payloads shorter than this are stored uncompressed.
+	compressMin = 256
+)
+
+// CallBase is what a later model_request event may be stored against: one
+// stored event's prompt+response ids and request body, decoded.
+type CallBase struct {
+	Seq int64
+	// IDs are the prompt ids then the response ids, as JSON writes them
+	// between the brackets ("1,2,3").
+	IDs     []byte
+	Request []byte
+}
+
+func (b *CallBase) size() int64 { return int64(len(b.IDs)+len(b.Request)) + 64 }
+
+// joinIDs returns the text of the ids of two arrays' insides, in order.
+func joinIDs(a, b []byte) []byte {
+	out := make([]byte, 0, len(a)+1+len(b))
+	out = append(out, a...)
+	if len(a) > 0 && len(b) > 0 {
+		out = append(out, ',')
+	}
+	return append(out, b...)
+}
+
+var (
+	zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+	zdec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(1<<30))
+)
+
+// Encoded reports whether stored is an encoded form (not plain JSON).
+func Encoded(stored []byte) bool {
+	return len(stored) >= 4 && stored[0] == codecMagic0 && stored[1] == codecMagic1
+}
+
+// BaseSeq returns the sequence number of the base a stored form was
+// encoded against (0: none, or plain JSON).
+func BaseSeq(stored []byte) int64 {
+	if !Encoded(stored) {
+		return 0
+	}
+	v, n := binary.Uvarint(stored[4:])
+	if n <= 0 {
+		return 0
+	}
+	return int64(v)
+}
+
+// span is a top-level field's value within an event's JSON.
+type span struct {
+	kind       byte
+	start, end int
+}
+
+// topFields finds the values of the top-level fields prompt_ids,
+// response_ids, request and agent of a JSON object; ok is false when data
+// is not a JSON object this scanner follows.
+func topFields(data []byte) (holes []span, agent []byte, ok bool) {
+	i := skipWS(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil, nil, false
+	}
+	i = skipWS(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return nil, nil, skipWS(data, i+1) == len(data)
+	}
+	for {
+		if i >= len(data) || data[i] != '"' {
+			return nil, nil, false
+		}
+		ks := i
+		i = skipString(data, i)
+		if i < 0 {
+			return nil, nil, false
+		}
+		key := data[ks+1 : i-1]
+		i = skipWS(data, i)
+		if i >= len(data) || data[i] != ':' {
+			return nil, nil, false
+		}
+		i = skipWS(data, i+1)
+		vs := i
+		i = skipValue(data, i, 0)
+		if i < 0 {
+			return nil, nil, false
+		}
+		switch string(key) {
+		case "prompt_ids":
+			holes = append(holes, span{holePromptIDs, vs, i})
+		case "response_ids":
+			holes = append(holes, span{holeResponseIDs, vs, i})
+		case "request":
+			holes = append(holes, span{holeRequest, vs, i})
+		case "agent":
+			if data[vs] == '"' && bytes.IndexByte(data[vs+1:i-1], '\\') < 0 {
+				agent = data[vs+1 : i-1]
+			}
+		}
+		i = skipWS(data, i)
+		if i >= len(data) {
+			return nil, nil, false
+		}
+		if data[i] == '}' {
+			return holes, agent, skipWS(data, i+1) == len(data)
+		}
+		if data[i] != ',' {
+			return nil, nil, false
+		}
+		i = skipWS(data, i+1)
+	}
+}
+
+func skipWS(d []byte, i int) int {
+	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at d[i] ('"'):
+// a quote ends it unless an odd number of backslashes precede it.
+func skipString(d []byte, i int) int {
+	for j := i + 1; ; {
+		k := bytes.IndexByte(d[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		q := j + k
+		n := 0
+		for p := q - 1; p > i && d[p] == '\\'; p-- {
+			n++
+		}
+		if n%2 == 0 {
+			return q + 1
+		}
+		j = q + 1
+	}
+}
+
+// skipValue returns the index after the JSON value starting at d[i], -1
+// when there is none (data is valid JSON, so this only follows brackets
+// and strings).
+func skipValue(d []byte, i, depth int) int {
+	if i >= len(d) || depth > 10000 {
+		return -1
+	}
+	switch d[i] {
+	case '"':
+		return skipString(d, i)
+	case '[':
+		// An array of numbers (token ids) without the general loop.
+		j := i + 1
+		for j < len(d) && (d[j] >= '0' && d[j] <= '9' || d[j] == ',' || d[j] == '-') {
+			j++
+		}
+		if j < len(d) && d[j] == ']' {
+			return j + 1
+		}
+		fallthrough
+	case '{':
+		level := 0
+		for j := i; j < len(d); j++ {
+			switch d[j] {
+			case '"':
+				j = skipString(d, j)
+				if j < 0 {
+					return -1
+				}
+				j--
+			case '{', '[':
+				level++
+			case '}', ']':
+				level--
+				if level == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(d) && d[j] != ',' && d[j] != '}' && d[j] != ']' && d[j] != ' ' && d[j] != '\t' && d[j] != '\n' && d[j] != '\r' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
+}
+
+// parseIDs parses a JSON array of int32 written exactly as
+// encoding/json writes one ("[1,-2,3]": no whitespace, no leading zeros,
+// no "-0"); ok is false for anything else (whitespace, null, floats),
+// which then stays in the skeleton. What it accepts formats back to the
+// same bytes.
+func parseIDs(v []byte, ids []int32, check bool) ([]int32, bool) {
+	if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
+		return nil, false
+	}
+	if len(v) == 2 {
+		return ids, true
+	}
+	i, end := 1, len(v)-1
+	for {
+		neg := false
+		if v[i] == '-' {
+			neg = true
+			i++
+		}
+		start := i
+		var n int64
+		for i < end && v[i] >= '0' && v[i] <= '9' {
+			n = n*10 + int64(v[i]-'0')
+			i++
+			if n > 1<<31 {
+				return nil, false
+			}
+		}
+		digits := i - start
+		switch {
+		case digits == 0, digits > 1 && v[start] == '0', neg && n == 0:
+			return nil, false
+		case neg:
+			n = -n
+		}
+		if n > 1<<31-1 || n < -1<<31 {
+			return nil, false
+		}
+		if !check {
+			ids = append(ids, int32(n))
+		}
+		if i == end {
+			return ids, true
+		}
+		if v[i] != ',' {
+			return nil, false
+		}
+		i++
+		if i == end {
+			return nil, false
+		}
+	}
+}
+
+// BaseOf returns the CallBase a model_request event's JSON provides (its
+// Seq left 0), and the agent it names; ok is false when data is not an
+// object.
+func BaseOf(data []byte) (b *CallBase, agent string, ok bool) {
+	holes, ag, ok := topFields(data)
+	if !ok {
+		return nil, "", false
+	}
+	b, _ = baseFrom(data, holes)
+	return b, string(ag), true
+}
+
+// baseFrom checks the id arrays among the holes of data and returns the
+// CallBase data provides; ok is false when an id array is not as
+// encoding/json writes one.
+func baseFrom(data []byte, holes []span) (b *CallBase, ok bool) {
+	b = &CallBase{}
+	var prompt, resp []byte
+	for _, h := range holes {
+		v := data[h.start:h.end]
+		switch h.kind {
+		case holePromptIDs, holeResponseIDs:
+			if !validIDs(v) {
+				return b, false
+			}
+			if h.kind == holePromptIDs {
+				prompt = v[1 : len(v)-1]
+			} else {
+				resp = v[1 : len(v)-1]
+			}
+		case holeRequest:
+			b.Request = v
+		}
+	}
+	b.IDs = joinIDs(prompt, resp)
+	return b, true
+}
+
+// validIDs reports whether v is an id array as encoding/json writes one.
+func validIDs(v []byte) bool {
+	_, ok := parseIDs(v, nil, true)
+	return ok
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for _, step := range [...]int{4096, 64} {
+		for i+step <= n && bytes.Equal(a[i:i+step], b[i:i+step]) {
+			i += step
+		}
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// commonSuffix is the length of the longest common suffix of a and b, at
+// most max.
+func commonSuffix(a, b []byte, max int) int {
+	n := min(len(a), len(b), max)
+	la, lb := len(a), len(b)
+	i := 0
+	for _, step := range [...]int{4096, 64} {
+		for i+step <= n && bytes.Equal(a[la-i-step:la-i], b[lb-i-step:lb-i]) {
+			i += step
+		}
+	}
+	for i < n && a[la-1-i] == b[lb-1-i] {
+		i++
+	}
+	return i
+}
+
+var (
+	bufPool = sync.Pool{New: func() any { return new([]byte) }}
+	idsPool = sync.Pool{New: func() any { return new([]int32) }}
+)
+
+// idsPrefix is the length of the longest prefix of the ids text a that
+// is also one of b and ends at an id in both (before a ',' or the end).
+func idsPrefix(a, b []byte) int {
+	n := commonPrefix(a, b)
+	at := func(s []byte, i int) bool { return i == len(s) || s[i] == ',' }
+	if n > 0 && at(a, n) && at(b, n) {
+		return n
+	}
+	n = bytes.LastIndexByte(a[:n], ',')
+	if n < 0 {
+		return 0
+	}
+	return n
+}
+
+// EncodeEvent returns the stored form of a model_request event's JSON,
+// encoded against base (nil: none), and the CallBase the event provides
+// to later ones (its Seq to be set once stored) with the agent it names.
+// Data that the encoding cannot reproduce exactly is returned as is
+// (still with its CallBase when it is an object).
+func EncodeEvent(data []byte, base *CallBase) (stored []byte, self *CallBase, agent string) {
+	holes, ag, ok := topFields(data)
+	if !ok {
+		return data, nil, ""
+	}
+	stored, self = encodeScanned(data, holes, base)
+	return stored, self, string(ag)
+}
+
+func encodeScanned(data []byte, holes []span, base *CallBase) (stored []byte, self *CallBase) {
+	var baseSeq int64
+	var baseIDs, baseReq []byte
+	if base != nil {
+		baseSeq, baseIDs, baseReq = base.Seq, base.IDs, base.Request
+	}
+	bp, idsBuf := bufPool.Get().(*[]byte), bufPool.Get().(*[]byte)
+	idsScratch := idsPool.Get().(*[]int32)
+	defer func() { bufPool.Put(bp); bufPool.Put(idsBuf); idsPool.Put(idsScratch) }()
+	p := (*bp)[:0]
+	var promptText, respText []byte
+	// skeleton
+	skelLen := len(data)
+	for _, h := range holes {
+		skelLen -= h.end - h.start
+	}
+	p = binary.AppendUvarint(p, uint64(skelLen))
+	last := 0
+	for _, h := range holes {
+		p = append(p, data[last:h.start]...)
+		last = h.end
+	}
+	p = append(p, data[last:]...)
+	p = binary.AppendUvarint(p, uint64(len(holes)))
+	prev := 0
+	off := 0 // offset of the current hole in the skeleton
+	last = 0
+	for _, h := range holes {
+		off += h.start - last
+		last = h.end
+		v := data[h.start:h.end]
+		p = append(p, h.kind)
+		p = binary.AppendUvarint(p, uint64(off-prev))
+		prev = off
+		switch h.kind {
+		case holePromptIDs, holeResponseIDs:
+			if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
+				return data, nil
+			}
+			inner := v[1 : len(v)-1]
+			if h.kind == holePromptIDs {
+				pre := idsPrefix(inner, baseIDs)
+				p = binary.AppendUvarint(p, uint64(pre))
+				inner = inner[pre:]
+				if len(inner) > 0 && inner[0] == ',' {
+					inner = inner[1:]
+				}
+				promptText = v[1 : len(v)-1]
+			} else {
+				respText = inner
+			}
+			// Only the ids past the prefix are parsed (and checked).
+			ids, ok := parseIDs(append(append(append((*idsBuf)[:0], '['), inner...), ']'), (*idsScratch)[:0], false)
+			if !ok {
+				return data, nil
+			}
+			*idsScratch = ids
+			p = binary.AppendUvarint(p, uint64(len(ids)))
+			for _, id := range ids {
+				p = binary.AppendUvarint(p, uint64(uint32(id)))
+			}
+		case holeRequest:
+			pre := commonPrefix(v, baseReq)
+			suf := commonSuffix(v[pre:], baseReq[pre:], len(v)-pre)
+			mid := v[pre : len(v)-suf]
+			p = binary.AppendUvarint(p, uint64(pre))
+			p = binary.AppendUvarint(p, uint64(suf))
+			p = binary.AppendUvarint(p, uint64(len(mid)))
+			p = append(p, mid...)
+		}
+	}
+	*bp = p
+	out := make([]byte, 4, 4+binary.MaxVarintLen64+len(p)/2)
+	out[0], out[1], out[2] = codecMagic0, codecMagic1, codecVersion
+	out = binary.AppendUvarint(out, uint64(baseSeq))
+	hdr := len(out)
+	if len(p) >= compressMin {
+		out = zenc.EncodeAll(p, out)
+		if len(out)-hdr < len(p) {
+			out[3] = flagZstd
+		} else {
+			out = append(out[:hdr], p...)
+		}
+	} else {
+		out = append(out, p...)
+	}
+	self = &CallBase{IDs: joinIDs(promptText, respText)}
+	for _, h := range holes {
+		if h.kind == holeRequest {
+			self.Request = data[h.start:h.end]
+		}
+	}
+	// Check the reassembly: what cannot come back exactly is stored as is.
+	got, _, err := decodePayload(p, base, false)
+	if err != nil || !bytes.Equal(got, data) {
+		return data, self
+	}
+	return out, self
+}
+
+// ErrBaseMissing is returned by DecodeEvent when the base a stored form
+// needs was not given.
+var ErrBaseMissing = errors.New("store: event base missing")
+
+// DecodeEvent returns the JSON of a stored form (plain JSON is returned as
+// is); base is the CallBase of BaseSeq(stored), nil when that is 0.
+func DecodeEvent(stored []byte, base *CallBase) ([]byte, error) {
+	out, _, err := decodeEvent(stored, base, false)
+	return out, err
+}
+
+// decodeEvent is DecodeEvent, also returning the event's own CallBase
+// when wantSelf (Seq left 0).
+func decodeEvent(stored []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, error) {
+	if !Encoded(stored) {
+		if !wantSelf {
+			return stored, nil, nil
+		}
+		b, _, _ := BaseOf(stored)
+		return stored, b, nil
+	}
+	if stored[2] != codecVersion {
+		return nil, nil, fmt.Errorf("store: stored event of encoding version %d, this build reads %d", stored[2], codecVersion)
+	}
+	seq, n := binary.Uvarint(stored[4:])
+	if n <= 0 {
+		return nil, nil, errors.New("store: stored event: bad header")
+	}
+	if seq != 0 && (base == nil || base.Seq != int64(seq)) {
+		return nil, nil, fmt.Errorf("%w: seq %d", ErrBaseMissing, seq)
+	}
+	if seq == 0 {
+		base = nil
+	}
+	p := stored[4+n:]
+	if stored[3]&flagZstd != 0 {
+		var err error
+		if p, err = zdec.DecodeAll(p, nil); err != nil {
+			return nil, nil, fmt.Errorf("store: stored event: decompress: %w", err)
+		}
+	}
+	return decodePayload(p, base, wantSelf)
+}
+
+var errCorrupt = errors.New("store: stored event is corrupt")
+
+// decodePayload reassembles an event's JSON from its payload, and builds
+// its CallBase when wantSelf.
+func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, error) {
+	var baseIDs, baseReq []byte
+	if base != nil {
+		baseIDs, baseReq = base.IDs, base.Request
+	}
+	r := reader{p: p}
+	sl := r.uvarint()
+	if r.err || sl > uint64(len(r.p)) {
+		return nil, nil, errCorrupt
+	}
+	skel := r.p[:sl]
+	r.p = r.p[sl:]
+	nh := r.uvarint()
+	out := make([]byte, 0, len(skel)+len(baseReq)+len(baseIDs)+len(r.p)*3)
+	at := 0
+	reqStart, reqEnd := -1, -1
+	var prompt, resp [2]int // spans of the ids' text in out
+	for h := uint64(0); h < nh && !r.err; h++ {
+		if len(r.p) == 0 {
+			return nil, nil, errCorrupt
+		}
+		kind := r.p[0]
+		r.p = r.p[1:]
+		d := r.uvarint()
+		if d > uint64(len(skel)-at) {
+			return nil, nil, errCorrupt
+		}
+		out = append(out, skel[at:at+int(d)]...)
+		at += int(d)
+		switch kind {
+		case holePromptIDs, holeResponseIDs:
+			var pre uint64
+			if kind == holePromptIDs {
+				pre = r.uvarint()
+				if pre > uint64(len(baseIDs)) {
+					return nil, nil, errCorrupt
+				}
+			}
+			n := r.uvarint()
+			if r.err || n > uint64(len(r.p)) {
+				return nil, nil, errCorrupt
+			}
+			out = append(out, '[')
+			start := len(out)
+			out = append(out, baseIDs[:pre]...)
+			first := pre == 0
+			for i := uint64(0); i < n; i++ {
+				v := r.uvarint()
+				if !first {
+					out = append(out, ',')
+				}
+				first = false
+				out = strconv.AppendInt(out, int64(int32(uint32(v))), 10)
+			}
+			if kind == holePromptIDs {
+				prompt = [2]int{start, len(out)}
+			} else {
+				resp = [2]int{start, len(out)}
+			}
+			out = append(out, ']')
+		case holeRequest:
+			pre, suf, n := r.uvarint(), r.uvarint(), r.uvarint()
+			if r.err || pre+suf > uint64(len(baseReq)) || n > uint64(len(r.p)) {
+				return nil, nil, errCorrupt
+			}
+			reqStart = len(out)
+			out = append(out, baseReq[:pre]...)
+			out = append(out, r.p[:n]...)
+			r.p = r.p[n:]
+			out = append(out, baseReq[len(baseReq)-int(suf):]...)
+			reqEnd = len(out)
+		default:
+			return nil, nil, errCorrupt
+		}
+	}
+	if r.err || len(r.p) != 0 {
+		return nil, nil, errCorrupt
+	}
+	out = append(out, skel[at:]...)
+	var self *CallBase
+	if wantSelf {
+		self = &CallBase{IDs: joinIDs(out[prompt[0]:prompt[1]], out[resp[0]:resp[1]])}
+		if reqStart >= 0 {
+			self.Request = out[reqStart:reqEnd:reqEnd]
+		}
+	}
+	return out, self, nil
+}
+
+type reader struct {
+	p   []byte
+	err bool
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.p)
+	if n <= 0 {
+		r.err = true
+		return 0
+	}
+	r.p = r.p[n:]
+	return v
+}
