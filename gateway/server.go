@@ -52,6 +52,10 @@ type Options struct {
 	Wrap func(http.Handler) http.Handler
 	// Limits bound slow, idle and numerous clients (zero: DefaultLimits).
 	Limits Limits
+	// ModelsChanged, if set, is called after a model registration was
+	// stored (POST /api/models), e.g. to update the upstream routing table
+	// at once (proxy.WatchModels). It must not block.
+	ModelsChanged func()
 }
 
 // Server is the gateway.

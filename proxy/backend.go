@@ -85,6 +85,8 @@ type Result struct {
 
 	Continued    bool
 	RenderReason string
+	// UpstreamRendered: the upstream rendered the prompt (chat mode).
+	UpstreamRendered bool
 	Retries      int
 	// Sampling, if set, is what the engine was actually given (stop ids,
 	// max tokens clamped to the context); else the request's is recorded.

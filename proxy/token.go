@@ -13,6 +13,7 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/engine/upstream"
 )
 
 // Codec turns text into token ids and back (tokenizer.Tokenizer is one);
@@ -237,7 +238,7 @@ func (b *TokenBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, err
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.engine.Generate(ctx, prompt, s)
+	res, err := b.engine.Generate(upstream.WithSticky(ctx, req.Target.RolloutID), prompt, s)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
@@ -315,7 +316,7 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.engine.Generate(ctx, prompt, s)
+	res, err := b.engine.Generate(upstream.WithSticky(ctx, req.Target.RolloutID), prompt, s)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

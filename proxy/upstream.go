@@ -2,16 +2,24 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/aglrl/agl/engine/upstream"
+	"github.com/aglrl/agl/store"
 )
 
 // UpstreamBackend serves calls from OpenAI-compatible servers (vLLM,
-// SGLang) through an upstream.Client. The upstream renders the chat
-// template itself, so events carry the ids it reports (render reason
-// "upstream_rendered"), or no_token_ids when it reports none.
+// SGLang) through an upstream.Client in chat mode: the upstream renders
+// the chat template itself and re-tokenizes the whole conversation every
+// call, so events carry the ids it reports (upstream_rendered, render
+// reason "upstream_rendered"), or no_token_ids when it reports none. For
+// models agl can render, token mode avoids that: a TokenBackend over
+// upstream.NewTokenEngine.
 type UpstreamBackend struct {
 	c   *upstream.Client
 	ids atomic.Uint64
@@ -43,6 +51,7 @@ func (b *UpstreamBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, 
 		return nil, err
 	}
 	res := fromUpstream(r)
+	res.UpstreamRendered = true
 	// Tool call ids are the gateway's to give in the caller's id style.
 	for i := range res.Message.ToolCalls {
 		res.Message.ToolCalls[i].ID = req.ToolIDPrefix + b.tag + strconv.FormatUint(b.ids.Add(1), 36)
@@ -66,3 +75,83 @@ func (b *UpstreamBackend) Complete(ctx context.Context, req *CompleteRequest) (*
 	res.RenderReason = ReasonRawPrompt
 	return res, nil
 }
+
+// SyncModels applies the store's model registry (POST /api/models, Agent
+// Lightning's /al/api/models, the trainer's registrations) to c's live
+// routing table: per model name, the highest registered version becomes
+// the version events record, and the endpoints of the highest version
+// that lists any replace the model's endpoints (a registration without
+// endpoints, e.g. a trainer's new weights, keeps them). A registered name
+// c does not serve is added only when it has endpoints.
+func SyncModels(ctx context.Context, st store.Store, c *upstream.Client) error {
+	ms, err := st.ListModels(ctx, "")
+	if err != nil {
+		return fmt.Errorf("sync models: %w", err)
+	}
+	type latest struct {
+		version, epsVersion int64
+		eps                 []string
+	}
+	by := map[string]*latest{}
+	for _, m := range ms {
+		l := by[m.Name]
+		if l == nil {
+			l = &latest{epsVersion: -1}
+			by[m.Name] = l
+		}
+		l.version = max(l.version, m.Version)
+		if len(m.Endpoints) > 0 && m.Version > l.epsVersion {
+			l.eps, l.epsVersion = m.Endpoints, m.Version
+		}
+	}
+	served := map[string]bool{}
+	for _, mi := range c.Models() {
+		served[mi.Name] = true
+	}
+	var errs []error
+	for name, l := range by {
+		if !served[name] && l.eps == nil {
+			continue
+		}
+		if err := c.Update(name, l.version, l.eps); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("sync models: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// WatchModels runs SyncModels now, whenever wake receives (the gateway
+// registered a model) and every interval (registrations by other gateway
+// replicas sharing the store), until ctx ends. Failures are logged, once
+// per distinct message.
+func WatchModels(ctx context.Context, st store.Store, c *upstream.Client, every time.Duration, wake <-chan struct{}, log *slog.Logger) {
+	if every <= 0 {
+		every = DefaultModelSync
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := ""
+	for {
+		err := SyncModels(ctx, st, c)
+		switch {
+		case err != nil && ctx.Err() == nil && err.Error() != last:
+			last = err.Error()
+			log.Warn("model registry not applied to the upstream routing table", "err", err)
+		case err == nil && last != "":
+			last = ""
+			log.Info("model registry applied to the upstream routing table again")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-t.C:
+		}
+	}
+}
+
+// DefaultModelSync is how often WatchModels re-reads the registry.
+const DefaultModelSync = 2 * time.Second

@@ -15,6 +15,7 @@ import (
 	"github.com/aglrl/agl/gateway"
 	"github.com/aglrl/agl/metrics"
 	"github.com/aglrl/agl/otlp"
+	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/postgres"
 	"github.com/aglrl/agl/store/sqlite"
@@ -135,6 +136,21 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		opt.LLM = l.Proxy
 		if l.Engine != nil {
 			defer l.Engine.Close()
+		}
+		if l.Upstream != nil {
+			// The routing table follows the model registry: at once for a
+			// registration through this gateway, by polling for the others.
+			wake := make(chan struct{}, 1)
+			opt.ModelsChanged = func() {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+			if err := proxy.SyncModels(ctx, st, l.Upstream); err != nil {
+				log.Warn("model registry not applied to the upstream routing table", "err", err)
+			}
+			go proxy.WatchModels(ctx, st, l.Upstream, l.ModelSync, wake, log)
 		}
 	} else {
 		log.Info("no engine configured: LLM routes answer 404 (set engine.model_dir or engine.upstream)")
