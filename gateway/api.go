@@ -509,7 +509,7 @@ func (s *Server) registerModel(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if s.opt.ModelsChanged != nil {
-		s.opt.ModelsChanged()
+		s.opt.ModelsChanged(r.Context())
 	}
 	api.WriteJSON(w, http.StatusOK, m)
 	return nil

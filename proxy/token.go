@@ -268,7 +268,7 @@ func (b *TokenBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, err
 	return &Result{
 		Message: msg, PromptIDs: prompt, ResponseIDs: res.IDs, Logprobs: res.Logprobs,
 		FinishReason: res.FinishReason, Model: res.Model, ModelVersion: res.ModelVersion,
-		Continued: continued, RenderReason: reason, Sampling: &s,
+		Continued: continued, RenderReason: reason, Sampling: &s, Retries: res.Retries,
 		PromptTokens: len(prompt), CompletionTokens: len(res.IDs),
 	}, nil
 }
@@ -332,7 +332,7 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 	return &Result{
 		Text: text, PromptIDs: prompt, ResponseIDs: res.IDs, Logprobs: res.Logprobs,
 		FinishReason: res.FinishReason, Model: res.Model, ModelVersion: res.ModelVersion,
-		RenderReason: ReasonRawPrompt, Sampling: &s, PromptTokens: len(prompt), CompletionTokens: len(res.IDs),
+		RenderReason: ReasonRawPrompt, Sampling: &s, Retries: res.Retries, PromptTokens: len(prompt), CompletionTokens: len(res.IDs),
 	}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,15 +77,35 @@ func (b *UpstreamBackend) Complete(ctx context.Context, req *CompleteRequest) (*
 	return res, nil
 }
 
-// SyncModels applies the store's model registry (POST /api/models, Agent
-// Lightning's /al/api/models, the trainer's registrations) to c's live
-// routing table: per model name, the highest registered version becomes
-// the version events record, and the endpoints of the highest version
-// that lists any replace the model's endpoints (a registration without
-// endpoints, e.g. a trainer's new weights, keeps them). A registered name
-// c does not serve is added only when it has endpoints.
-func SyncModels(ctx context.Context, st store.Store, c *upstream.Client) error {
-	ms, err := st.ListModels(ctx, "")
+// ModelSync applies the store's model registry (POST /api/models, Agent
+// Lightning's /al/api/models, the trainer's registrations) to an upstream
+// client's live routing table: per model name, the highest registered
+// version becomes the version events record (and so what staleness is
+// computed from), and the endpoints of the highest version that lists any
+// replace the model's endpoints (a registration without endpoints, e.g. a
+// trainer's new weights, keeps them). A registered name the client does
+// not serve is added only when it has endpoints. Syncs are serialized, so
+// an older read never overwrites a newer one.
+type ModelSync struct {
+	st  store.Store
+	c   *upstream.Client
+	log *slog.Logger
+	mu  sync.Mutex
+}
+
+// NewModelSync syncs c from st's registry.
+func NewModelSync(st store.Store, c *upstream.Client, log *slog.Logger) *ModelSync {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &ModelSync{st: st, c: c, log: log}
+}
+
+// Sync reads the registry and applies it once.
+func (s *ModelSync) Sync(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms, err := s.st.ListModels(ctx, "")
 	if err != nil {
 		return fmt.Errorf("sync models: %w", err)
 	}
@@ -105,7 +126,7 @@ func SyncModels(ctx context.Context, st store.Store, c *upstream.Client) error {
 		}
 	}
 	served := map[string]bool{}
-	for _, mi := range c.Models() {
+	for _, mi := range s.c.Models() {
 		served[mi.Name] = true
 	}
 	var errs []error
@@ -113,7 +134,7 @@ func SyncModels(ctx context.Context, st store.Store, c *upstream.Client) error {
 		if !served[name] && l.eps == nil {
 			continue
 		}
-		if err := c.Update(name, l.version, l.eps); err != nil {
+		if err := s.c.Update(name, l.version, l.eps); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -123,11 +144,19 @@ func SyncModels(ctx context.Context, st store.Store, c *upstream.Client) error {
 	return nil
 }
 
-// WatchModels runs SyncModels now, whenever wake receives (the gateway
-// registered a model) and every interval (registrations by other gateway
-// replicas sharing the store), until ctx ends. Failures are logged, once
-// per distinct message.
-func WatchModels(ctx context.Context, st store.Store, c *upstream.Client, every time.Duration, wake <-chan struct{}, log *slog.Logger) {
+// Changed is the gateway's hook for a registration through it
+// (gateway.Options.ModelsChanged): it syncs before the registration is
+// answered, so that the next call is routed by it.
+func (s *ModelSync) Changed(ctx context.Context) {
+	if err := s.Sync(ctx); err != nil {
+		s.log.Warn("model registry not applied to the upstream routing table", "err", err)
+	}
+}
+
+// Run syncs every interval (registrations by other gateway replicas
+// sharing the store, or written to the store directly) until ctx ends.
+// Failures are logged, once per distinct message.
+func (s *ModelSync) Run(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		every = DefaultModelSync
 	}
@@ -135,23 +164,22 @@ func WatchModels(ctx context.Context, st store.Store, c *upstream.Client, every 
 	defer t.Stop()
 	last := ""
 	for {
-		err := SyncModels(ctx, st, c)
+		err := s.Sync(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil && err.Error() != last:
 			last = err.Error()
-			log.Warn("model registry not applied to the upstream routing table", "err", err)
+			s.log.Warn("model registry not applied to the upstream routing table", "err", err)
 		case err == nil && last != "":
 			last = ""
-			log.Info("model registry applied to the upstream routing table again")
+			s.log.Info("model registry applied to the upstream routing table again")
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
 		case <-t.C:
 		}
 	}
 }
 
-// DefaultModelSync is how often WatchModels re-reads the registry.
+// DefaultModelSync is how often ModelSync.Run re-reads the registry.
 const DefaultModelSync = 2 * time.Second

@@ -140,17 +140,10 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		if l.Upstream != nil {
 			// The routing table follows the model registry: at once for a
 			// registration through this gateway, by polling for the others.
-			wake := make(chan struct{}, 1)
-			opt.ModelsChanged = func() {
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			}
-			if err := proxy.SyncModels(ctx, st, l.Upstream); err != nil {
-				log.Warn("model registry not applied to the upstream routing table", "err", err)
-			}
-			go proxy.WatchModels(ctx, st, l.Upstream, l.ModelSync, wake, log)
+			ms := proxy.NewModelSync(st, l.Upstream, log)
+			ms.Changed(ctx)
+			opt.ModelsChanged = ms.Changed
+			go ms.Run(ctx, l.ModelSync)
 		}
 	} else {
 		log.Info("no engine configured: LLM routes answer 404 (set engine.model_dir or engine.upstream)")

@@ -76,5 +76,5 @@ func (e *TokenEngine) Generate(ctx context.Context, prompt []int32, s engine.Sam
 	if len(r.Logprobs) != len(r.IDs) {
 		return engine.Result{}, fmt.Errorf("upstream %s returned %d log-probs for %d ids", e.model, len(r.Logprobs), len(r.IDs))
 	}
-	return engine.Result{IDs: r.IDs, Logprobs: r.Logprobs, FinishReason: r.FinishReason, Model: r.Model, ModelVersion: r.Version}, nil
+	return engine.Result{IDs: r.IDs, Logprobs: r.Logprobs, FinishReason: r.FinishReason, Model: r.Model, ModelVersion: r.Version, Retries: r.Retries}, nil
 }
