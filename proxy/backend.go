@@ -87,7 +87,7 @@ type Result struct {
 	RenderReason string
 	// UpstreamRendered: the upstream rendered the prompt (chat mode).
 	UpstreamRendered bool
-	Retries      int
+	Retries          int
 	// Sampling, if set, is what the engine was actually given (stop ids,
 	// max tokens clamped to the context); else the request's is recorded.
 	Sampling *engine.Sampling

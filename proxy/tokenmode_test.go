@@ -90,7 +90,9 @@ func runFixtureHarness(t testing.TB, baseURL, key string, fx convFixture) {
 	}
 }
 
-func trimmed(s string) string { return string(slices.DeleteFunc([]byte(s), func(c byte) bool { return c == ' ' || c == '\n' })) }
+func trimmed(s string) string {
+	return string(slices.DeleteFunc([]byte(s), func(c byte) bool { return c == ' ' || c == '\n' }))
+}
 
 type golden struct {
 	Call     int    `json:"call"`
