@@ -259,6 +259,14 @@ func (t *ChatML) messages(r *renderer, ms []Message, from, lq int) {
 	}
 }
 
+// ReplyIDs are the ids a model generates for the reply m after the
+// generation prompt: its think block when it has reasoning, its text and
+// tool calls, then <|im_end|> (what RenderSuffix continues from; Parse
+// turns them back into m).
+func (t *ChatML) ReplyIDs(m Message) []int32 {
+	return append(t.tok.Encode(t.replyText(m)), t.imEnd)
+}
+
 // replyText is what the model generates for m, without <|im_end|> (and,
 // with DisableThinking, without the empty think block of the prompt).
 func (t *ChatML) replyText(m Message) string {
