@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,5 +225,87 @@ func TestTokenModeDrift(t *testing.T) {
 	}
 	if cf.tokenized != cf.prompt {
 		t.Errorf("chat mode: vLLM tokenized %d of %d prompt tokens", cf.tokenized, cf.prompt)
+	}
+}
+
+// TestTokenModeShapes: in token mode the vLLM upstream's generated ids
+// are parsed back into each API's tool calls, and a tool loop continues
+// the token state, for Anthropic Messages and Responses as for Chat
+// Completions (TestTokenModeDrift).
+func TestTokenModeShapes(t *testing.T) {
+	weather := `{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`
+	tests := []struct {
+		name, route, shape string
+		first              string
+		// next builds the second request from the first answer.
+		next func(t *testing.T, first map[string]any) string
+	}{
+		{
+			name: "anthropic", route: "/v1/messages", shape: api.ShapeMessages,
+			first: `{"model":"claude","max_tokens":256,"tools":[{"name":"get_weather","description":"Weather.","input_schema":` + weather + `}],"messages":[{"role":"user","content":"Weather in Paris?"}]}`,
+			next: func(t *testing.T, first map[string]any) string {
+				content := first["content"].([]any)
+				var use map[string]any
+				for _, b := range content {
+					if m := b.(map[string]any); m["type"] == "tool_use" {
+						use = m
+					}
+				}
+				if use == nil || use["name"] != "get_weather" || use["input"].(map[string]any)["city"] != "Paris" || first["stop_reason"] != "tool_use" {
+					t.Fatalf("no get_weather tool_use: %v", first)
+				}
+				return `{"model":"claude","max_tokens":256,"tools":[{"name":"get_weather","description":"Weather.","input_schema":` + weather + `}],"messages":[{"role":"user","content":"Weather in Paris?"},` +
+					`{"role":"assistant","content":` + mustJSON(t, content) + `},{"role":"user","content":[{"type":"tool_result","tool_use_id":"` + use["id"].(string) + `","content":"18C"}]}]}`
+			},
+		},
+		{
+			name: "responses", route: "/v1/responses", shape: api.ShapeResponses,
+			first: `{"model":"gpt","tools":[{"type":"function","name":"get_weather","description":"Weather.","parameters":` + weather + `}],"input":[{"role":"user","content":"Weather in Paris?"}]}`,
+			next: func(t *testing.T, first map[string]any) string {
+				var fc map[string]any
+				for _, it := range first["output"].([]any) {
+					if m := it.(map[string]any); m["type"] == "function_call" {
+						fc = m
+					}
+				}
+				if fc == nil || fc["name"] != "get_weather" || fc["arguments"] != `{"city": "Paris"}` {
+					t.Fatalf("no get_weather function_call: %v", first)
+				}
+				return `{"model":"gpt","tools":[{"type":"function","name":"get_weather","description":"Weather.","parameters":` + weather + `}],"input":[{"role":"user","content":"Weather in Paris?"},` +
+					mustJSON(t, fc) + `,{"type":"function_call_output","call_id":"` + fc["call_id"].(string) + `","output":"18C"}]}`
+			},
+		},
+	}
+	ml := qwen3ChatML(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVLLMServer(t, ml)
+			v.push(chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{Name: "get_weather", Arguments: `{"city": "Paris"}`}}}, text("Paris: 18C."))
+			e, _ := upstreamEnv(t, v, upstream.ModeToken)
+			cl := e.claim(t, store.ModeTrain)
+			hdr := map[string]string{"Authorization": "Bearer " + cl.Key, "anthropic-version": "2023-06-01"}
+			st, _, out := post(t, "POST", base(e.srv, cl)+tc.route, hdr, tc.first)
+			var first map[string]any
+			if st != 200 || json.Unmarshal([]byte(out), &first) != nil {
+				t.Fatalf("first call: %d %s", st, out)
+			}
+			st, _, out = post(t, "POST", base(e.srv, cl)+tc.route, hdr, tc.next(t, first))
+			if st != 200 || !strings.Contains(out, "Paris: 18C.") {
+				t.Fatalf("second call: %d %s", st, out)
+			}
+			calls, seen := e.calls(t, cl), v.recorded()
+			if len(calls) != 2 || len(seen) != 2 {
+				t.Fatalf("%d events, %d upstream calls", len(calls), len(seen))
+			}
+			for k, c := range calls {
+				if c.API != tc.shape || seen[k].path != "/v1/completions" || seen[k].tokenized != 0 || !slices.Equal(c.PromptIDs, seen[k].prompt) || c.UpstreamRendered {
+					t.Errorf("call %d: api %s via %s, tokenized %d", k, c.API, seen[k].path, seen[k].tokenized)
+				}
+			}
+			prev := append(slices.Clone(calls[0].PromptIDs), calls[0].ResponseIDs...)
+			if !calls[1].Continued || !slices.Equal(calls[1].PromptIDs[:len(prev)], prev) {
+				t.Errorf("second call does not continue the first (%s)", calls[1].RenderReason)
+			}
+		})
 	}
 }
