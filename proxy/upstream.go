@@ -81,11 +81,13 @@ func (b *UpstreamBackend) Complete(ctx context.Context, req *CompleteRequest) (*
 // Lightning's /al/api/models, the trainer's registrations) to an upstream
 // client's live routing table: per model name, the highest registered
 // version becomes the version events record (and so what staleness is
-// computed from), and the endpoints of the highest version that lists any
-// replace the model's endpoints (a registration without endpoints, e.g. a
-// trainer's new weights, keeps them). A registered name the client does
-// not serve is added only when it has endpoints. Syncs are serialized, so
-// an older read never overwrites a newer one.
+// computed from), and its endpoints become the model's endpoints, exactly
+// (none: calls answer 503, as after Agent Lightning's DELETE
+// /api/models), once any version of the name has listed endpoints; a name
+// whose versions never listed any (a trainer's weight registrations)
+// keeps its configured endpoints. A registered name the client does not
+// serve is added only when it has endpoints. Syncs are serialized, so an
+// older read never overwrites a newer one.
 type ModelSync struct {
 	st  store.Store
 	c   *upstream.Client
@@ -110,20 +112,21 @@ func (s *ModelSync) Sync(ctx context.Context) error {
 		return fmt.Errorf("sync models: %w", err)
 	}
 	type latest struct {
-		version, epsVersion int64
-		eps                 []string
+		version int64
+		eps     []string // of the newest version
+		anyEps  bool     // some version listed endpoints
 	}
 	by := map[string]*latest{}
 	for _, m := range ms {
 		l := by[m.Name]
 		if l == nil {
-			l = &latest{epsVersion: -1}
+			l = &latest{version: -1}
 			by[m.Name] = l
 		}
-		l.version = max(l.version, m.Version)
-		if len(m.Endpoints) > 0 && m.Version > l.epsVersion {
-			l.eps, l.epsVersion = m.Endpoints, m.Version
+		if m.Version > l.version {
+			l.version, l.eps = m.Version, m.Endpoints
 		}
+		l.anyEps = l.anyEps || len(m.Endpoints) > 0
 	}
 	served := map[string]bool{}
 	for _, mi := range s.c.Models() {
@@ -131,10 +134,14 @@ func (s *ModelSync) Sync(ctx context.Context) error {
 	}
 	var errs []error
 	for name, l := range by {
-		if !served[name] && l.eps == nil {
+		if !served[name] && len(l.eps) == 0 {
 			continue
 		}
-		if err := s.c.Update(name, l.version, l.eps); err != nil {
+		var eps []string // nil: keep the configured ones
+		if l.anyEps {
+			eps = append([]string{}, l.eps...)
+		}
+		if err := s.c.Update(name, l.version, eps); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -130,9 +131,8 @@ func TestLiveModelVersions(t *testing.T) {
 	if used := phase("added", urls, 1); len(used) != 3 {
 		t.Fatalf("endpoints used: %v, want all three", used)
 	}
-	// The trainer registers new weights (no endpoints): the next calls
-	// name v2, on the same endpoints.
-	register(2)
+	// New weights served by the same endpoints: the next calls name v2.
+	register(2, a, b, c)
 	phase("v2", urls, 2)
 	// a removed: it gets no new call.
 	nA := counts()[a]
@@ -167,6 +167,16 @@ func TestLiveModelVersions(t *testing.T) {
 			t.Fatalf("dead endpoint not skipped: served by %q after %d retries", ep, ev.Retries)
 		}
 	}
+	// A version without endpoints (Agent Lightning's DELETE /api/models)
+	// leaves none: calls answer 503 until one is registered again.
+	register(5)
+	if st, _, out := post(t, "POST", base(e.srv, claims[0])+"/v1/chat/completions", bearer(claims[0].Key), `{"model":"`+name+`","messages":[{"role":"user","content":"x"}]}`); st != 503 || !strings.Contains(out, "no_endpoints") {
+		t.Fatalf("no endpoints: %d %s", st, out)
+	}
+	register(6, b, c, deadURL)
+	if ep, ev := call(later[0]); ep == "" || ev.ModelVersion != 6 {
+		t.Fatalf("after re-registering: served by %q v%d", ep, ev.ModelVersion)
+	}
 	// A bad registration is refused, naming the field; nothing changes.
 	st, _, out := post(t, "POST", e.srv.URL+"/api/models", nil, `{"name":"`+name+`","endpoints":["10.0.0.5:8000/v1"]}`)
 	var apiErr struct {
@@ -175,49 +185,69 @@ func TestLiveModelVersions(t *testing.T) {
 	if st != 400 || json.Unmarshal([]byte(out), &apiErr) != nil || !strings.Contains(apiErr.Error.Message, "endpoints[0]") {
 		t.Fatalf("bad endpoint: %d %s", st, out)
 	}
-	if got := cl.Models(); len(got) != 1 || got[0].Version != 4 || !slices.Equal(got[0].Endpoints, slices.Sorted(slices.Values(all))) {
+	if got := cl.Models(); len(got) != 1 || got[0].Version != 6 || !slices.Equal(got[0].Endpoints, slices.Sorted(slices.Values(all))) {
 		t.Fatalf("routing table %+v", got)
 	}
 }
 
 // TestModelSyncPolls: a registration written to the store by someone else
-// (another gateway replica, Agent Lightning's route) reaches the routing
-// table by polling.
+// (another gateway replica, Agent Lightning's route, a trainer) reaches
+// the routing table by polling.
 func TestModelSyncPolls(t *testing.T) {
 	st := openStore(t)
-	cl, err := upstream.New(upstream.Config{Models: []upstream.Model{{Name: "m", Endpoints: []string{"http://127.0.0.1:1/v1"}, Version: 1}}})
+	cl, err := upstream.New(upstream.Config{Models: []upstream.Model{
+		{Name: "m", Endpoints: []string{"http://127.0.0.1:1/v1"}, Version: 1},
+		{Name: "t", Endpoints: []string{"http://127.0.0.1:5/v1"}},
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
 	ms := proxy.NewModelSync(st, cl, nil)
+	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); ms.Run(ctx, 10*time.Millisecond) }()
-	for _, m := range []store.Model{
-		{Name: "m", Version: 5, Endpoints: []string{"http://127.0.0.1:2/v1", "http://127.0.0.1:3/v1"}},
-		{Name: "m", Version: 6}, // weights only: endpoints kept
-		{Name: "other"},         // no endpoints: not added
-		{Name: "n", Endpoints: []string{"http://127.0.0.1:4/v1"}},
-	} {
-		if _, err := st.RegisterModel(ctx, m); err != nil {
-			t.Fatal(err)
+	go func() { defer close(done); ms.Run(runCtx, 10*time.Millisecond) }()
+	defer func() { stop(); <-done }()
+	register := func(ms ...store.Model) {
+		for _, m := range ms {
+			if _, err := st.RegisterModel(ctx, m); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	want := []upstream.ModelInfo{
+	waitFor := func(want []upstream.ModelInfo) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := cl.Models()
+			if slices.EqualFunc(got, want, func(a, b upstream.ModelInfo) bool {
+				return a.Name == b.Name && a.Version == b.Version && slices.Equal(a.Endpoints, b.Endpoints)
+			}) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("routing table %+v, want %+v", got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	register(
+		store.Model{Name: "m", Version: 5, Endpoints: []string{"http://127.0.0.1:2/v1"}},
+		store.Model{Name: "m", Version: 6, Endpoints: []string{"http://127.0.0.1:2/v1", "http://127.0.0.1:3/v1"}},
+		store.Model{Name: "t", Version: 9, Weights: "/ckpt/9"}, // never any endpoints: the configured ones stay
+		store.Model{Name: "other"},                             // no endpoints: not added
+		store.Model{Name: "n", Endpoints: []string{"http://127.0.0.1:4/v1"}},
+	)
+	waitFor([]upstream.ModelInfo{
 		{Name: "m", Version: 6, Endpoints: []string{"http://127.0.0.1:2/v1", "http://127.0.0.1:3/v1"}},
 		{Name: "n", Version: 1, Endpoints: []string{"http://127.0.0.1:4/v1"}},
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := cl.Models()
-		if slices.EqualFunc(got, want, func(a, b upstream.ModelInfo) bool {
-			return a.Name == b.Name && a.Version == b.Version && slices.Equal(a.Endpoints, b.Endpoints)
-		}) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("routing table %+v, want %+v", got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		{Name: "t", Version: 9, Endpoints: []string{"http://127.0.0.1:5/v1"}},
+	})
+	// A newest version without endpoints leaves none.
+	register(store.Model{Name: "n", Version: 2}, store.Model{Name: "m", Version: 7})
+	waitFor([]upstream.ModelInfo{
+		{Name: "m", Version: 7},
+		{Name: "n", Version: 2},
+		{Name: "t", Version: 9, Endpoints: []string{"http://127.0.0.1:5/v1"}},
+	})
 }

@@ -56,7 +56,7 @@ type llm struct {
 	Engine *model.Engine // nil for upstreams
 	Format chat.Format   // nil for upstreams in chat mode
 	// Upstream is the upstream client (nil for the embedded model), whose
-	// routing table follows the model registry (proxy.WatchModels).
+	// routing table follows the model registry (proxy.ModelSync).
 	Upstream *upstream.Client
 	// ModelSync is how often the registry is re-read (engine.upstream.registry_poll).
 	ModelSync time.Duration
