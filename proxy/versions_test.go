@@ -235,7 +235,7 @@ func TestModelSyncPolls(t *testing.T) {
 		store.Model{Name: "m", Version: 5, Endpoints: []string{"http://127.0.0.1:2/v1"}},
 		store.Model{Name: "m", Version: 6, Endpoints: []string{"http://127.0.0.1:2/v1", "http://127.0.0.1:3/v1"}},
 		store.Model{Name: "t", Version: 9, Weights: "/ckpt/9"}, // never any endpoints: the configured ones stay
-		store.Model{Name: "other"},                             // no endpoints: not added
+		store.Model{Name: "other"}, // no endpoints: not added
 		store.Model{Name: "n", Endpoints: []string{"http://127.0.0.1:4/v1"}},
 	)
 	waitFor([]upstream.ModelInfo{
