@@ -129,6 +129,11 @@ func (v *vllmServer) serve(w http.ResponseWriter, r *http.Request) {
 			vllmError(w, 400, "completions: logprobs must be an integer, got %s", req.Logprobs)
 			return
 		}
+		if req.MaxTokens == nil || *req.MaxTokens <= 0 {
+			// vLLM's default for completions is 16 tokens.
+			vllmError(w, 400, "completions: the test server wants max_tokens (vLLM would generate 16 tokens)")
+			return
+		}
 		if json.Unmarshal(req.Prompt, &call.prompt) != nil {
 			var s string
 			if err := json.Unmarshal(req.Prompt, &s); err != nil {

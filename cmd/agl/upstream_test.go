@@ -91,12 +91,13 @@ func TestUpstreamModeConfig(t *testing.T) {
 	tests := []struct {
 		name, model, wantMode, wantErr string
 	}{
-		{"token by default with tokenizer_dir", "{name: qwen, endpoints: [EP], tokenizer_dir: QDIR}", "token", ""},
+		{"token by default with tokenizer_dir", "{name: qwen, endpoints: [EP], tokenizer_dir: QDIR, max_context: 40960}", "token", ""},
 		{"chat asked", "{name: qwen, endpoints: [EP], tokenizer_dir: QDIR, mode: chat}", "chat", ""},
 		{"chat without tokenizer_dir", "{name: qwen, endpoints: [EP]}", "chat", ""},
 		{"token needs tokenizer_dir", "{name: qwen, endpoints: [EP], mode: token}", "", "needs tokenizer_dir"},
+		{"token needs max_context", "{name: qwen, endpoints: [EP], tokenizer_dir: QDIR}", "", "needs max_context"},
 		{"unknown mode", "{name: qwen, endpoints: [EP], mode: tokens, tokenizer_dir: QDIR}", "", `unknown mode "tokens"`},
-		{"tokenizer_dir without a tokenizer", "{name: qwen, endpoints: [EP], tokenizer_dir: /nonexistent}", "", "tokenizer_dir"},
+		{"tokenizer_dir without a tokenizer", "{name: qwen, endpoints: [EP], tokenizer_dir: /nonexistent, max_context: 100}", "", "tokenizer_dir"},
 		{"endpoint not a URL", "{name: qwen, endpoints: [\"10.0.0.1:8000/v1\"]}", "", "want an http:// or https:// base URL"},
 	}
 	for _, tc := range tests {
@@ -149,7 +150,7 @@ func TestGatewayTokenModeRegistry(t *testing.T) {
 	}
 	dataDir, addr := t.TempDir(), freeAddr(t)
 	cfg := filepath.Join(dataDir, "agl.yaml")
-	yml := "engine:\n  upstream:\n    models:\n      - name: qwen\n        version: 3\n        endpoints: [\"" + a.srv.URL + "/v1\"]\n        tokenizer_dir: " + qwen3Dir(t) + "\n"
+	yml := "engine:\n  upstream:\n    models:\n      - name: qwen\n        version: 3\n        endpoints: [\"" + a.srv.URL + "/v1\"]\n        tokenizer_dir: " + qwen3Dir(t) + "\n        max_context: 40960\n"
 	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
 	}

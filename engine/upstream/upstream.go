@@ -60,8 +60,8 @@ type Model struct {
 	// agl_chat.json naming the template; else it is inferred: Qwen/ChatML
 	// or Llama 3), needed by ModeToken.
 	TokenizerDir string `json:"tokenizer_dir,omitempty" yaml:"tokenizer_dir,omitempty"`
-	// MaxContext is the served context length (vLLM's --max-model-len) in
-	// ModeToken: responses are clamped to the room left (0: unknown).
+	// MaxContext is the served context length (vLLM's --max-model-len),
+	// required in ModeToken: each call asks for at most the room left.
 	MaxContext int `json:"max_context,omitempty" yaml:"max_context,omitempty"`
 }
 
@@ -180,6 +180,11 @@ func New(cfg Config) (*Client, error) {
 		case ModeToken:
 			if m.TokenizerDir == "" {
 				return nil, fmt.Errorf("upstream: model %q: mode %q needs tokenizer_dir (the model's tokenizer.json) to render its chat template", m.Name, ModeToken)
+			}
+			if m.MaxContext <= 0 {
+				// vLLM's /v1/completions generates 16 tokens when max_tokens
+				// is not sent; agl sends the room left in the context.
+				return nil, fmt.Errorf("upstream: model %q: mode %q needs max_context (vLLM's --max-model-len) to bound each response", m.Name, ModeToken)
 			}
 		default:
 			return nil, fmt.Errorf("upstream: model %q: unknown mode %q (want %q or %q)", m.Name, m.Mode, ModeToken, ModeChat)

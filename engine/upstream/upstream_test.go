@@ -386,7 +386,7 @@ func TestUpdateConcurrent(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	for _, cfg := range []Config{{}, {Models: []Model{{Name: "m", Endpoints: []string{"10.0.0.1:8000"}}}}, {Models: []Model{{Name: "m", Mode: "token"}}}, {Models: []Model{{Name: "m", Mode: "tokens", TokenizerDir: "x"}}}, {Models: []Model{{Endpoints: []string{"x"}}}}, {Models: []Model{{Name: "m", Endpoints: []string{"x"}}, {Name: "m", Endpoints: []string{"y"}}}}} {
+	for _, cfg := range []Config{{}, {Models: []Model{{Name: "m", Endpoints: []string{"10.0.0.1:8000"}}}}, {Models: []Model{{Name: "m", Mode: "token"}}}, {Models: []Model{{Name: "m", TokenizerDir: "x"}}}, {Models: []Model{{Name: "m", Mode: "tokens", TokenizerDir: "x"}}}, {Models: []Model{{Endpoints: []string{"x"}}}}, {Models: []Model{{Name: "m", Endpoints: []string{"x"}}, {Name: "m", Endpoints: []string{"y"}}}}} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
