@@ -57,6 +57,11 @@ type ModelCall struct {
 	// ("first_call", "history_rewritten", "model_version_changed", …).
 	Continued    bool   `json:"continued"`
 	RenderReason string `json:"render_reason,omitempty"`
+	// UpstreamRendered marks a call an upstream (vLLM in chat mode)
+	// rendered and tokenized itself: PromptIDs are its re-tokenization of
+	// the whole conversation, not agl's token state (see engine.upstream
+	// mode: token).
+	UpstreamRendered bool `json:"upstream_rendered,omitempty"`
 	// Sampling holds the effective sampling parameters.
 	Sampling json.RawMessage `json:"sampling,omitempty"`
 	// Request is the body as received; Response the body as returned

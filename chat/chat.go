@@ -58,7 +58,14 @@ type Conversation struct {
 //
 //	Render(c[:k] + reply + m, true) == p + g + RenderSuffix(c[:k]+reply+m, k+1)
 //
-// so a continuing call's prompt never re-tokenizes earlier text.
+// so a continuing call's prompt never re-tokenizes earlier text. The
+// gateway's token state relies only on the right-hand side. Render renders
+// from scratch as the model's own chat template does, which may show
+// history differently from how it was generated (Qwen3's drops the
+// reasoning of replies before the last user query, and shows
+// enable_thinking=False's empty think block only on a final reply): there
+// the equality does not hold, and a from-scratch render is not the
+// continuation, which is why the gateway keeps token state.
 type Template interface {
 	// Render renders the whole conversation; with addGenerationPrompt it
 	// ends with the header that starts an assistant turn.

@@ -156,7 +156,11 @@ func (t *ChatML) render(r *renderer, c Conversation, gen bool) error {
 	if hasSystem {
 		from = 1
 	}
-	t.messages(r, ms, from)
+	lq := -1 // agl's compact variant renders every reply as generated
+	if !t.opts.CompactTools {
+		lq = lastQuery(ms)
+	}
+	t.messages(r, ms, from, lq)
 	if gen {
 		r.text(t.generationPrompt())
 	}
@@ -177,7 +181,7 @@ func (t *ChatML) RenderSuffix(c Conversation, from int) ([]int32, error) {
 	}
 	r := t.newRenderer(false)
 	r.text("\n")
-	t.messages(r, c.Messages, from)
+	t.messages(r, c.Messages, from, -1)
 	r.text(t.generationPrompt())
 	r.cut(false)
 	return r.ids, nil
@@ -190,8 +194,30 @@ func (t *ChatML) generationPrompt() string {
 	return TokIMStart + "assistant\n"
 }
 
+// lastQuery is Qwen3's template's last_query_index: the index of the last
+// user message that is not a wrapped tool response (<tool_response>…
+// </tool_response>), len(ms)-1 when there is none.
+func lastQuery(ms []Message) int {
+	for i := len(ms) - 1; i >= 0; i-- {
+		m := &ms[i]
+		if m.Role == RoleUser && !(strings.HasPrefix(m.Content, tokToolResp) && strings.HasSuffix(m.Content, tokToolRespEnd)) {
+			return i
+		}
+	}
+	return len(ms) - 1
+}
+
 // messages renders ms[from:]. ms[from-1] (if any) decides tool grouping.
-func (t *ChatML) messages(r *renderer, ms []Message, from int) {
+//
+// With lq >= 0 (a render from scratch) assistant messages are rendered as
+// Qwen3's own Jinja template does, lq being its last_query_index: a
+// reply's reasoning (or a <think> block inline in its content) is shown
+// only after the last user query, and there also as an empty think block
+// on a conversation's final reply. With lq < 0 (a continuation of
+// generated ids, RenderSuffix, and the compact variant) every reply is
+// rendered as generated: its reasoning when it has some, and with
+// DisableThinking the empty think block the generation prompt gave it.
+func (t *ChatML) messages(r *renderer, ms []Message, from, lq int) {
 	for i := from; i < len(ms); i++ {
 		m := ms[i]
 		switch m.Role {
@@ -199,11 +225,26 @@ func (t *ChatML) messages(r *renderer, ms []Message, from int) {
 			r.text(TokIMStart + m.Role + "\n" + m.Content + TokIMEnd + "\n")
 		case RoleAssistant:
 			r.text(TokIMStart + "assistant\n")
-			if t.opts.DisableThinking {
+			reasoning, content := m.Reasoning, m.Content
+			show := reasoning != ""
+			if lq >= 0 {
+				if reasoning == "" && strings.Contains(content, TokThinkEnd) {
+					parts := strings.Split(content, TokThinkEnd)
+					content = strings.TrimLeft(parts[len(parts)-1], "\n")
+					before := strings.Split(strings.TrimRight(parts[0], "\n"), TokThink)
+					reasoning = strings.TrimLeft(before[len(before)-1], "\n")
+				}
+				show = i > lq && (i == len(ms)-1 || reasoning != "")
+				if show && reasoning == "" && t.opts.DisableThinking {
+					// The generation prompt gave the empty think block.
+					r.text(emptyThinkBlock)
+					show = false
+				}
+			} else if t.opts.DisableThinking {
 				r.text(emptyThinkBlock)
 			}
 			r.cut(false)
-			r.text(t.replyText(m) + TokIMEnd)
+			r.text(replyBody(reasoning, show, content, m.ToolCalls) + TokIMEnd)
 			r.cut(true)
 			r.text("\n")
 		case RoleTool:
@@ -218,17 +259,33 @@ func (t *ChatML) messages(r *renderer, ms []Message, from int) {
 	}
 }
 
+// ReplyIDs are the ids a model generates for the reply m after the
+// generation prompt: its think block when it has reasoning, its text and
+// tool calls, then <|im_end|> (what RenderSuffix continues from; Parse
+// turns them back into m).
+func (t *ChatML) ReplyIDs(m Message) []int32 {
+	return append(t.tok.Encode(t.replyText(m)), t.imEnd)
+}
+
 // replyText is what the model generates for m, without <|im_end|> (and,
 // with DisableThinking, without the empty think block of the prompt).
 func (t *ChatML) replyText(m Message) string {
+	return replyBody(m.Reasoning, m.Reasoning != "", m.Content, m.ToolCalls)
+}
+
+// replyBody renders a reply as Qwen3's template does: with think, the
+// think block and the content without leading newlines; then the tool
+// calls, the first one on a new line when the content (as given) is not
+// empty.
+func replyBody(reasoning string, think bool, content string, calls []ToolCall) string {
 	var sb strings.Builder
-	content := m.Content
-	if m.Reasoning != "" {
-		sb.WriteString(TokThink + "\n" + strings.Trim(m.Reasoning, "\n") + "\n" + TokThinkEnd + "\n\n")
-		content = strings.TrimLeft(content, "\n")
+	if think {
+		sb.WriteString(TokThink + "\n" + strings.Trim(reasoning, "\n") + "\n" + TokThinkEnd + "\n\n")
+		sb.WriteString(strings.TrimLeft(content, "\n"))
+	} else {
+		sb.WriteString(content)
 	}
-	sb.WriteString(content)
-	for i, tc := range m.ToolCalls {
+	for i, tc := range calls {
 		if i > 0 || content != "" {
 			sb.WriteString("\n")
 		}

@@ -29,9 +29,9 @@ const (
 //	<|start_header_id|>ipython<|end_header_id|>\n\n{result}<|eot_id|>
 //	<|start_header_id|>assistant<|end_header_id|>\n\n
 //
-// Without tools it renders what Llama 3's own template renders, except that
-// assistant text is not trimmed (the extension property needs the reply as
-// generated) and the generation prompt is optional. Tools follow Llama
+// Without tools it renders what Llama 3's own template renders (text
+// trimmed; a continuation keeps a reply as generated), the generation
+// prompt being optional. Tools follow Llama
 // 3.1's JSON tool calling: definitions as JSON in the system message, each
 // call one JSON object {"name", "parameters"} on its own line, results as
 // "ipython" turns. Reasoning is not rendered.
@@ -128,7 +128,7 @@ func (t *Llama3) render(r *renderer, c Conversation, gen bool) error {
 		}
 		r.text(header("system") + sys + tools + TokEOT)
 	}
-	t.messages(r, ms, from)
+	t.messages(r, ms, from, true)
 	if gen {
 		r.text(header(RoleAssistant))
 	}
@@ -148,7 +148,7 @@ func (t *Llama3) RenderSuffix(c Conversation, from int) ([]int32, error) {
 		return nil, err
 	}
 	r := &renderer{tok: t.tok}
-	t.messages(r, c.Messages, from)
+	t.messages(r, c.Messages, from, false)
 	r.text(header(RoleAssistant))
 	r.cut(false)
 	return r.ids, nil
@@ -156,9 +156,15 @@ func (t *Llama3) RenderSuffix(c Conversation, from int) ([]int32, error) {
 
 func header(role string) string { return TokHeaderStart + role + TokHeaderEnd + "\n\n" }
 
-func (t *Llama3) messages(r *renderer, ms []Message, from int) {
+// messages renders ms[from:]; from scratch, assistant text is trimmed as
+// Llama 3's template trims every message (a continuation, RenderSuffix,
+// follows the reply as generated).
+func (t *Llama3) messages(r *renderer, ms []Message, from int, scratch bool) {
 	for i := from; i < len(ms); i++ {
 		m := ms[i]
+		if scratch && m.Role == RoleAssistant {
+			m.Content = strings.TrimSpace(m.Content)
+		}
 		switch m.Role {
 		case RoleSystem, RoleUser:
 			r.text(header(m.Role) + strings.TrimSpace(m.Content) + TokEOT)

@@ -47,6 +47,8 @@ type Result struct {
 	// Model and ModelVersion name the weights that produced every id.
 	Model        string
 	ModelVersion int64
+	// Retries counts retried tries of a remote engine (upstream.TokenEngine).
+	Retries int
 }
 
 // TokenEngine generates from token-id prompts. Implementations batch

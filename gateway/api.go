@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -498,9 +499,17 @@ func (s *Server) registerModel(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &m); err != nil {
 		return err
 	}
+	for i, ep := range m.Endpoints {
+		if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return api.Errorf(http.StatusBadRequest, "invalid_request", "endpoints[%d]: %q is not an http:// or https:// base URL (e.g. http://10.0.0.5:8000/v1)", i, ep)
+		}
+	}
 	m, err := s.opt.Store.RegisterModel(r.Context(), m)
 	if err != nil {
 		return err
+	}
+	if s.opt.ModelsChanged != nil {
+		s.opt.ModelsChanged(r.Context())
 	}
 	api.WriteJSON(w, http.StatusOK, m)
 	return nil

@@ -52,6 +52,11 @@ type Options struct {
 	Wrap func(http.Handler) http.Handler
 	// Limits bound slow, idle and numerous clients (zero: DefaultLimits).
 	Limits Limits
+	// ModelsChanged, if set, is called after a model registration was
+	// stored (POST /api/models) and before it is answered, e.g. to update
+	// the upstream routing table (proxy.ModelSync.Changed), so that calls
+	// after the answer are routed by it.
+	ModelsChanged func(ctx context.Context)
 }
 
 // Server is the gateway.

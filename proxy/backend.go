@@ -85,7 +85,9 @@ type Result struct {
 
 	Continued    bool
 	RenderReason string
-	Retries      int
+	// UpstreamRendered: the upstream rendered the prompt (chat mode).
+	UpstreamRendered bool
+	Retries          int
 	// Sampling, if set, is what the engine was actually given (stop ids,
 	// max tokens clamped to the context); else the request's is recorded.
 	Sampling *engine.Sampling

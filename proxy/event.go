@@ -59,6 +59,9 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 		b = append(b, `,"render_reason":`...)
 		b = fastjson.AppendString(b, mc.RenderReason)
 	}
+	if mc.UpstreamRendered {
+		b = append(b, `,"upstream_rendered":true`...)
+	}
 	for _, f := range [...]struct {
 		key string
 		raw json.RawMessage

@@ -17,7 +17,7 @@ func TestAppendModelCall(t *testing.T) {
 	full := api.ModelCall{
 		CallID: "chatcmpl-1", API: api.ShapeMessages, Model: `we"ird<&>` + "\n", ModelVersion: 42, Agent: "writer",
 		PromptIDs: []int32{1, 2, 151643}, ResponseIDs: []int32{-1, 0, 7}, ResponseLogprobs: []float32{-0.5, -1e-9, -123.456, 0},
-		NoTokenIDs: true, FinishReason: "length", Continued: true, RenderReason: "history_rewritten",
+		NoTokenIDs: true, FinishReason: "length", Continued: true, RenderReason: "history_rewritten", UpstreamRendered: true,
 		Request: json.RawMessage(`{"a":[1,2]}`), Response: json.RawMessage(` {"b":"ü"} `),
 		Usage: api.Usage{PromptTokens: 3, CompletionTokens: 3}, LatencyMS: 1.2345, Retries: 2, Stream: true,
 		Ignored: []string{"thinking", `tools[8] (web_search) "q"`},

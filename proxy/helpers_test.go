@@ -48,17 +48,7 @@ func (e *scriptEngine) push(ms ...chat.Message) {
 
 // replyIDs renders what the model generates for m (ending with <|im_end|>).
 func replyIDs(t *chat.ChatML, m chat.Message) ([]int32, error) {
-	ids, mask, err := t.RenderMasked(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}, m}})
-	if err != nil {
-		return nil, err
-	}
-	var out []int32
-	for i, id := range ids {
-		if mask[i] {
-			out = append(out, id)
-		}
-	}
-	return out, nil
+	return t.ReplyIDs(m), nil
 }
 
 func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {

@@ -768,6 +768,8 @@ func backendError(err error) *apiError {
 		return &apiError{Status: http.StatusBadRequest, Message: err.Error()}
 	case errors.As(err, &he) && he.Status >= 400 && he.Status < 500 && he.Status != http.StatusTooManyRequests && he.Status != http.StatusRequestTimeout:
 		return &apiError{Status: he.Status, Message: "upstream: " + he.Message()}
+	case errors.Is(err, upstream.ErrNoEndpoints):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: "model backend: " + err.Error() + " (register one: POST /api/models)", Code: "no_endpoints"}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{Status: http.StatusGatewayTimeout, Message: "model call timed out: " + err.Error(), Code: "timeout"}
 	case errors.Is(err, context.Canceled):
@@ -792,7 +794,7 @@ func (c *call) eventData(resp []byte) []byte {
 		CallID: c.id, API: c.shape.name, Model: res.Model, ModelVersion: res.ModelVersion, Agent: c.target.Agent,
 		PromptIDs: res.PromptIDs, ResponseIDs: res.ResponseIDs, ResponseLogprobs: res.Logprobs,
 		NoTokenIDs: res.NoTokenIDs, FinishReason: res.FinishReason,
-		Continued: res.Continued, RenderReason: res.RenderReason,
+		Continued: res.Continued, RenderReason: res.RenderReason, UpstreamRendered: res.UpstreamRendered,
 		Request: c.body, Response: resp,
 		Usage:     api.Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens},
 		LatencyMS: float64(time.Since(c.start).Microseconds()) / 1000,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/engine/upstream"
 )
 
 // Codec turns text into token ids and back (tokenizer.Tokenizer is one);
@@ -237,7 +238,7 @@ func (b *TokenBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, err
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.engine.Generate(ctx, prompt, s)
+	res, err := b.engine.Generate(upstream.WithSticky(ctx, req.Target.RolloutID), prompt, s)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
@@ -267,7 +268,7 @@ func (b *TokenBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, err
 	return &Result{
 		Message: msg, PromptIDs: prompt, ResponseIDs: res.IDs, Logprobs: res.Logprobs,
 		FinishReason: res.FinishReason, Model: res.Model, ModelVersion: res.ModelVersion,
-		Continued: continued, RenderReason: reason, Sampling: &s,
+		Continued: continued, RenderReason: reason, Sampling: &s, Retries: res.Retries,
 		PromptTokens: len(prompt), CompletionTokens: len(res.IDs),
 	}, nil
 }
@@ -315,7 +316,7 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.engine.Generate(ctx, prompt, s)
+	res, err := b.engine.Generate(upstream.WithSticky(ctx, req.Target.RolloutID), prompt, s)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
@@ -331,7 +332,7 @@ func (b *TokenBackend) Complete(ctx context.Context, req *CompleteRequest) (*Res
 	return &Result{
 		Text: text, PromptIDs: prompt, ResponseIDs: res.IDs, Logprobs: res.Logprobs,
 		FinishReason: res.FinishReason, Model: res.Model, ModelVersion: res.ModelVersion,
-		RenderReason: ReasonRawPrompt, Sampling: &s, PromptTokens: len(prompt), CompletionTokens: len(res.IDs),
+		RenderReason: ReasonRawPrompt, Sampling: &s, Retries: res.Retries, PromptTokens: len(prompt), CompletionTokens: len(res.IDs),
 	}, nil
 }
 

@@ -5,6 +5,7 @@ Writes qwen3_render.jsonl: {"name", "conversation" (agl chat.Conversation),
 fixture ../../../shared/fixtures/tokenizer/qwen3/tokenizer_config.json and
 rendered with jinja2 the way transformers' apply_chat_template does
 (tojson = json.dumps(ensure_ascii=False), trim_blocks, lstrip_blocks).
+Cases with "disable_thinking" are rendered with enable_thinking=False.
 Regenerate: python3 gen_qwen3_render.py > qwen3_render.jsonl
 """
 import json
@@ -65,6 +66,50 @@ cases = [
         {"role": "user", "content": "find ü"},
         {"role": "assistant", "content": "", "tool_calls": [call(4, "search", "{\"query\": \"ü\", \"limit\": 3}")]},
         {"role": "tool", "content": "none"}]}, True),
+    # Thinking: Qwen3's template drops the reasoning of replies before the
+    # last user query, keeps it after; a conversation ending with a reply
+    # gets a think block there even without reasoning.
+    ("thinking_dropped_before_last_query", {"messages": [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4", "reasoning": "Simple sum."},
+        {"role": "user", "content": "and 3+3?"}]}, True),
+    ("thinking_kept_after_last_query", {"tools": [weather], "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Rome?"},
+        {"role": "assistant", "content": "", "reasoning": "\nCall the tool.\n", "tool_calls": [call(1, "get_weather", "{\"city\": \"Rome\"}")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "20C"},
+        {"role": "assistant", "content": "\n\nChecking more.", "reasoning": "Also Milan.", "tool_calls": [call(2, "get_weather", "{\"city\": \"Milan\"}")]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "19C"}]}, True),
+    ("ends_with_reply_no_reasoning", {"messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}, False),
+    ("ends_with_reply_reasoning", {"messages": [
+        {"role": "system", "content": "S"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello", "reasoning": "greet"}]}, False),
+    ("inline_think_in_content", {"messages": [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "<think>\nold thought\n</think>\n\nold answer"},
+        {"role": "user", "content": "q2"},
+        {"role": "assistant", "content": "<think>\nnew thought\n</think>\n\nnew answer"}]}, False),
+    ("tool_response_user_is_not_a_query", {"tools": [noparams], "messages": [
+        {"role": "user", "content": "time?"},
+        {"role": "assistant", "content": "", "reasoning": "call now", "tool_calls": [call(1, "now", "{}")]},
+        {"role": "user", "content": "<tool_response>\n12:00\n</tool_response>"}]}, True),
+    ("tool_calls_content_newline_only_reasoning", {"tools": [noparams], "messages": [
+        {"role": "user", "content": "time?"},
+        {"role": "assistant", "content": "\n", "reasoning": "r", "tool_calls": [call(1, "now", "{}")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}]}, True),
+    ("system_only_tools", {"tools": [weather, search, noparams], "messages": [
+        {"role": "system", "content": "Sys with tools."}, {"role": "user", "content": "x"}]}, True),
+]
+
+nothink = [
+    ("nothink_first", {"messages": [{"role": "user", "content": "hi"}]}, True),
+    ("nothink_history", {"tools": [noparams], "messages": [
+        {"role": "user", "content": "time?"},
+        {"role": "assistant", "content": "", "tool_calls": [call(1, "now", "{}")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "12:00"},
+        {"role": "assistant", "content": "Noon."},
+        {"role": "user", "content": "thanks"}]}, True),
 ]
 
 def to_hf(conv):
@@ -87,3 +132,9 @@ for name, conv, gen in cases:
     text = tmpl.render(messages=msgs, tools=tools, add_generation_prompt=gen)
     sys.stdout.write(json.dumps({"name": name, "conversation": conv, "add_generation_prompt": gen,
                                  "text": text}, ensure_ascii=False) + "\n")
+# enable_thinking=False (agl: ChatMLOptions.DisableThinking).
+for name, conv, gen in nothink:
+    msgs, tools = to_hf(conv)
+    text = tmpl.render(messages=msgs, tools=tools, add_generation_prompt=gen, enable_thinking=False)
+    sys.stdout.write(json.dumps({"name": name, "conversation": conv, "add_generation_prompt": gen,
+                                 "disable_thinking": True, "text": text}, ensure_ascii=False) + "\n")

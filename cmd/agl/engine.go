@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/config"
@@ -30,7 +31,7 @@ type engineConfig struct {
 	MaxContext int `yaml:"max_context"`
 	// Version is the weights version the model dir holds (default 1).
 	Version  int64            `yaml:"version"`
-	Upstream *upstream.Config `yaml:"upstream"`
+	Upstream *upstreamSection `yaml:"upstream"`
 }
 
 // engineOptions are the embedded engine's options from the config.
@@ -53,7 +54,12 @@ func logContext(log *slog.Logger, eng *model.Engine) {
 type llm struct {
 	Proxy  *proxy.Proxy
 	Engine *model.Engine // nil for upstreams
-	Format chat.Format   // nil for upstreams
+	Format chat.Format   // nil for upstreams in chat mode
+	// Upstream is the upstream client (nil for the embedded model), whose
+	// routing table follows the model registry (proxy.ModelSync).
+	Upstream *upstream.Client
+	// ModelSync is how often the registry is re-read (engine.upstream.registry_poll).
+	ModelSync time.Duration
 }
 
 // openLLM builds the proxy for the configured engine, or nil when none is.
@@ -89,11 +95,38 @@ func openLLM(ctx context.Context, c config.Config, st store.Store, log *slog.Log
 		logContext(log, eng)
 		return &llm{Proxy: proxy.New(pc, st, proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)), Engine: eng, Format: f}, nil
 	case ec.Upstream != nil:
-		cl, err := upstream.New(*ec.Upstream)
+		cl, err := upstream.New(ec.Upstream.Config)
 		if err != nil {
 			return nil, fmt.Errorf("engine upstream: %w", err)
 		}
-		return &llm{Proxy: proxy.New(pc, st, proxy.NewUpstreamBackend(cl))}, nil
+		l := &llm{Upstream: cl, ModelSync: ec.Upstream.RegistryPoll}
+		m := ec.Upstream.Models[0]
+		switch m.EffectiveMode() {
+		case upstream.ModeToken:
+			f, err := chat.LoadDir(m.TokenizerDir)
+			if err != nil {
+				return nil, fmt.Errorf("engine upstream: model %q: tokenizer_dir: %w", m.Name, err)
+			}
+			l.Format = f
+			l.Proxy = proxy.New(pc, st, proxy.NewTokenBackend(upstream.NewTokenEngine(cl, m.Name, m.MaxContext), f, f.Tokenizer(), 0))
+		default:
+			l.Proxy = proxy.New(pc, st, proxy.NewUpstreamBackend(cl))
+		}
+		log.Info("upstream engine", "model", m.Name, "mode", m.EffectiveMode(), "endpoints", len(m.Endpoints), "version", m.Version)
+		if len(m.Endpoints) == 0 {
+			log.Warn("upstream model has no endpoints yet: calls answer 503 until one is registered (POST /api/models)", "model", m.Name)
+		}
+		return l, nil
 	}
 	return nil, nil
+}
+
+// upstreamSection is the `engine.upstream` section: upstream.Config and
+// how often the model registry is re-read for the live routing table.
+type upstreamSection struct {
+	upstream.Config `yaml:",inline"`
+	// RegistryPoll is how often the model registry is re-read (default
+	// proxy.DefaultModelSync; a registration through this gateway applies
+	// at once).
+	RegistryPoll time.Duration `yaml:"registry_poll"`
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/aglrl/agl/gateway"
 	"github.com/aglrl/agl/metrics"
 	"github.com/aglrl/agl/otlp"
+	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/postgres"
 	"github.com/aglrl/agl/store/sqlite"
@@ -136,6 +137,14 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		opt.LLM = l.Proxy
 		if l.Engine != nil {
 			defer l.Engine.Close()
+		}
+		if l.Upstream != nil {
+			// The routing table follows the model registry: at once for a
+			// registration through this gateway, by polling for the others.
+			ms := proxy.NewModelSync(st, l.Upstream, log)
+			ms.Changed(ctx)
+			opt.ModelsChanged = ms.Changed
+			go ms.Run(ctx, l.ModelSync)
 		}
 	} else {
 		log.Info("no engine configured: LLM routes answer 404 (set engine.model_dir or engine.upstream)")

@@ -4,10 +4,12 @@
 // format (top-level `prompt_token_ids`, the choice's `token_ids`, and
 // `logprobs.content[].logprob`).
 //
-// A model may have several endpoints; a call goes to the endpoint that
-// rendezvous-hashes highest for its sticky key (the rollout), so an
-// engine's prefix cache is reused across a rollout's calls, and fails over
-// to the next one. Calls answered 408, 429 or 5xx (or failing at the
+// A model may have several endpoints, changed at run time by Update (the
+// model registry); a call goes to the endpoint its sticky key (the
+// rollout id) hashes to over the sorted endpoints, as Agent Lightning
+// does, so an engine's prefix cache is reused across a rollout's calls,
+// and fails over to the next one; an endpoint that cannot be reached is
+// tried last for a while. Calls answered 408, 429 or 5xx (or failing at the
 // network level) are retried with jittered exponential backoff, each try
 // bounded by a per-request timeout.
 package upstream
@@ -15,10 +17,11 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -26,7 +29,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aglrl/agl/chat"
@@ -38,11 +43,43 @@ type Model struct {
 	// Name is the model name the upstream serves (sent as "model").
 	Name string `json:"name" yaml:"name"`
 	// Endpoints are base URLs ending in /v1, e.g. http://10.0.0.5:8000/v1.
+	// It may be empty when the endpoints come from the model registry
+	// (POST /api/models; see Client.Update): calls fail with
+	// ErrNoEndpoints until one is registered.
 	Endpoints []string `json:"endpoints" yaml:"endpoints"`
 	// APIKey, if set, is sent as Authorization: Bearer.
 	APIKey string `json:"api_key,omitempty" yaml:"api_key,omitempty"`
-	// Version is the weights version served (see Client.SetVersion).
+	// Version is the weights version served (see Client.Update).
 	Version int64 `json:"version,omitempty" yaml:"version,omitempty"`
+	// Mode is ModeToken (agl renders the chat template and keeps the token
+	// state, calling /v1/completions with token-id prompts) or ModeChat
+	// (the upstream renders: /v1/chat/completions). Default: ModeToken
+	// when TokenizerDir is set, else ModeChat.
+	Mode string `json:"mode,omitempty" yaml:"mode,omitempty"`
+	// TokenizerDir holds the model's tokenizer.json (and optionally
+	// agl_chat.json naming the template; else it is inferred: Qwen/ChatML
+	// or Llama 3), needed by ModeToken.
+	TokenizerDir string `json:"tokenizer_dir,omitempty" yaml:"tokenizer_dir,omitempty"`
+	// MaxContext is the served context length (vLLM's --max-model-len),
+	// required in ModeToken: each call asks for at most the room left.
+	MaxContext int `json:"max_context,omitempty" yaml:"max_context,omitempty"`
+}
+
+// Modes of Model.Mode.
+const (
+	ModeToken = "token"
+	ModeChat  = "chat"
+)
+
+// EffectiveMode is m.Mode with its default filled in.
+func (m Model) EffectiveMode() string {
+	if m.Mode != "" {
+		return m.Mode
+	}
+	if m.TokenizerDir != "" {
+		return ModeToken
+	}
+	return ModeChat
 }
 
 // Config configures a Client. Zero values take the documented defaults.
@@ -59,17 +96,27 @@ type Config struct {
 	// header within MaxBackoff is honoured.
 	Backoff    time.Duration `json:"backoff,omitempty" yaml:"backoff,omitempty"`
 	MaxBackoff time.Duration `json:"max_backoff,omitempty" yaml:"max_backoff,omitempty"`
+	// DeadFor is how long an endpoint that could not be reached (refused
+	// or failed connection) is tried last by every call (default 10s).
+	DeadFor time.Duration `json:"dead_for,omitempty" yaml:"dead_for,omitempty"`
 	// HTTPClient, if set, carries every call. By default http:// endpoints
 	// are called with agl's own HTTP/1.1 client and https:// ones with a
 	// pooled net/http client.
 	HTTPClient *http.Client `json:"-" yaml:"-"`
 }
 
-// Client calls upstream servers. It is safe for concurrent use.
+// ErrNoEndpoints is returned for a model that has no endpoint (none
+// configured, none registered yet).
+var ErrNoEndpoints = errors.New("no endpoints registered for the model")
+
+// Client calls upstream servers. It is safe for concurrent use; Update
+// changes the routing table while calls run.
 type Client struct {
-	cfg    Config
-	hc     *http.Client
-	h1     *h1Client // nil when Config.HTTPClient is set
+	cfg Config
+	hc  *http.Client
+	h1  *h1Client // nil when Config.HTTPClient is set
+
+	mu     sync.RWMutex // guards models (a model's fields are atomic)
 	models map[string]*model
 	def    *model
 }
@@ -77,9 +124,14 @@ type Client struct {
 type model struct {
 	name    string
 	key     string
-	eps     []string
-	hashes  []uint64
+	eps     atomic.Pointer[[]*endpoint] // sorted by URL; replaced, never changed
 	version atomic.Int64
+}
+
+type endpoint struct {
+	url string
+	// deadUntil (UnixNano) puts the endpoint last in every call's order.
+	deadUntil atomic.Int64
 }
 
 // New validates cfg and returns a client.
@@ -101,6 +153,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
+	if cfg.DeadFor <= 0 {
+		cfg.DeadFor = 10 * time.Second
+	}
 	c := &Client{cfg: cfg, hc: cfg.HTTPClient, models: map[string]*model{}}
 	if c.hc == nil {
 		tr := &http.Transport{
@@ -117,19 +172,29 @@ func New(cfg Config) (*Client, error) {
 		if m.Name == "" {
 			return nil, fmt.Errorf("upstream: model %d has no name", i)
 		}
-		if len(m.Endpoints) == 0 {
-			return nil, fmt.Errorf("upstream: model %q has no endpoints", m.Name)
-		}
 		if _, dup := c.models[m.Name]; dup {
 			return nil, fmt.Errorf("upstream: model %q configured twice", m.Name)
 		}
+		switch m.EffectiveMode() {
+		case ModeChat:
+		case ModeToken:
+			if m.TokenizerDir == "" {
+				return nil, fmt.Errorf("upstream: model %q: mode %q needs tokenizer_dir (the model's tokenizer.json) to render its chat template", m.Name, ModeToken)
+			}
+			if m.MaxContext <= 0 {
+				// vLLM's /v1/completions generates 16 tokens when max_tokens
+				// is not sent; agl sends the room left in the context.
+				return nil, fmt.Errorf("upstream: model %q: mode %q needs max_context (vLLM's --max-model-len) to bound each response", m.Name, ModeToken)
+			}
+		default:
+			return nil, fmt.Errorf("upstream: model %q: unknown mode %q (want %q or %q)", m.Name, m.Mode, ModeToken, ModeChat)
+		}
+		if m.MaxContext < 0 {
+			return nil, fmt.Errorf("upstream: model %q: max_context %d is negative", m.Name, m.MaxContext)
+		}
 		mm := &model{name: m.Name, key: m.APIKey}
-		for _, ep := range m.Endpoints {
-			ep = strings.TrimRight(ep, "/")
-			mm.eps = append(mm.eps, ep)
-			h := fnv.New64a()
-			h.Write([]byte(ep))
-			mm.hashes = append(mm.hashes, h.Sum64())
+		if err := mm.setEndpoints(m.Endpoints); err != nil {
+			return nil, fmt.Errorf("upstream: model %q: %w", m.Name, err)
 		}
 		mm.version.Store(m.Version)
 		c.models[m.Name] = mm
@@ -140,20 +205,114 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// setEndpoints replaces m's endpoints by urls (sorted, deduplicated),
+// keeping the dead marks of the ones that stay.
+func (m *model) setEndpoints(urls []string) error {
+	old := map[string]*endpoint{}
+	if p := m.eps.Load(); p != nil {
+		for _, e := range *p {
+			old[e.url] = e
+		}
+	}
+	eps := make([]*endpoint, 0, len(urls))
+	seen := map[string]bool{}
+	for _, u := range urls {
+		u = strings.TrimRight(strings.TrimSpace(u), "/")
+		if u == "" {
+			return errors.New("empty endpoint URL")
+		}
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("endpoint %q: want an http:// or https:// base URL ending in /v1", u)
+		}
+		if seen[u] {
+			continue
+		}
+		seen[u] = true
+		e := old[u]
+		if e == nil {
+			e = &endpoint{url: u}
+		}
+		eps = append(eps, e)
+	}
+	slices.SortFunc(eps, func(a, b *endpoint) int { return strings.Compare(a.url, b.url) })
+	m.eps.Store(&eps)
+	return nil
+}
+
 // DefaultModel is the first configured model's name.
 func (c *Client) DefaultModel() string { return c.def.name }
 
 // SetVersion records that model name now serves weights version v (call it
 // after a weight swap); it reports whether the model is known.
 func (c *Client) SetVersion(name string, v int64) bool {
+	c.mu.RLock()
 	m, ok := c.models[name]
+	c.mu.RUnlock()
 	if ok {
 		m.version.Store(v)
 	}
 	return ok
 }
 
+// Update applies a model registration to the live routing table: model
+// name now serves weights version (ignored when 0) from endpoints (nil
+// keeps the current ones; an empty non-nil list removes them all). A name
+// not configured becomes a new model (chat mode, no API key), reachable by
+// its name. Calls already sent finish where they are; later calls use the
+// new table.
+func (c *Client) Update(name string, version int64, endpoints []string) error {
+	if name == "" {
+		return errors.New("upstream: update: model name is empty")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.models[name]
+	if !ok {
+		m = &model{name: name}
+		if err := m.setEndpoints(endpoints); err != nil {
+			return fmt.Errorf("upstream: model %q: %w", name, err)
+		}
+		m.version.Store(version)
+		c.models[name] = m
+		return nil
+	}
+	if endpoints != nil {
+		if err := m.setEndpoints(endpoints); err != nil {
+			return fmt.Errorf("upstream: model %q: %w", name, err)
+		}
+	}
+	if version != 0 {
+		m.version.Store(version)
+	}
+	return nil
+}
+
+// ModelInfo is one model's live routing state.
+type ModelInfo struct {
+	Name      string
+	Version   int64
+	Endpoints []string // sorted
+}
+
+// Models returns the live routing table, by name.
+func (c *Client) Models() []ModelInfo {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]ModelInfo, 0, len(c.models))
+	for _, m := range c.models {
+		mi := ModelInfo{Name: m.name, Version: m.version.Load()}
+		for _, e := range *m.eps.Load() {
+			mi.Endpoints = append(mi.Endpoints, e.url)
+		}
+		out = append(out, mi)
+	}
+	slices.SortFunc(out, func(a, b ModelInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 func (c *Client) model(name string) *model {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	if m, ok := c.models[name]; ok {
 		return m
 	}
@@ -161,48 +320,49 @@ func (c *Client) model(name string) *model {
 }
 
 // Endpoints returns the model's endpoints in the order a call with this
-// sticky key tries them (rendezvous hashing).
+// sticky key tries them (see order).
 func (c *Client) Endpoints(modelName, sticky string) []string {
-	m := c.model(modelName)
-	order := m.order(sticky)
+	order := c.model(modelName).order(sticky, time.Now())
 	out := make([]string, len(order))
-	for i, j := range order {
-		out[i] = m.eps[j]
+	for i, e := range order {
+		out[i] = e.url
 	}
 	return out
 }
 
-func mix(x uint64) uint64 { // splitmix64 finalizer
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+// stickyIndex is Agent Lightning's choice of endpoint for a rollout:
+// the first 8 bytes of SHA-256(rollout id), big-endian, modulo the number
+// of endpoints sorted by URL (agentlightning/server/proxy.py,
+// ProxyRouter.select_server), so that all calls of a rollout reach the
+// same engine and reuse its prefix cache.
+func stickyIndex(sticky string, n int) int {
+	d := sha256.Sum256([]byte(sticky))
+	return int(binary.BigEndian.Uint64(d[:8]) % uint64(n))
 }
 
-func (m *model) order(sticky string) []int {
-	idx := make([]int, len(m.eps))
-	for i := range idx {
-		idx[i] = i
+// order is the endpoints a call with this sticky key tries: the sticky
+// one first, then the others in sorted order after it (wrapping), with
+// endpoints marked dead moved to the end.
+func (m *model) order(sticky string, now time.Time) []*endpoint {
+	eps := *m.eps.Load()
+	n := len(eps)
+	if n == 0 {
+		return nil
 	}
-	if len(idx) < 2 {
-		return idx
-	}
-	h := fnv.New64a()
-	h.Write([]byte(sticky))
-	k := h.Sum64()
-	slices.SortFunc(idx, func(a, b int) int {
-		sa, sb := mix(m.hashes[a]^k), mix(m.hashes[b]^k)
-		switch {
-		case sa > sb:
-			return -1
-		case sa < sb:
-			return 1
+	out := make([]*endpoint, 0, n)
+	start := stickyIndex(sticky, n)
+	t := now.UnixNano()
+	for i := range n {
+		if e := eps[(start+i)%n]; e.deadUntil.Load() <= t {
+			out = append(out, e)
 		}
-		return 0
-	})
-	return idx
+	}
+	for i := range n {
+		if e := eps[(start+i)%n]; e.deadUntil.Load() > t {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // HTTPError is a non-2xx answer from the upstream.
@@ -242,30 +402,43 @@ func retryable(status int) bool {
 	return status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500
 }
 
-// post sends body to path of the chosen endpoint, retrying as configured.
+// post sends body to path of the chosen endpoint, retrying as configured:
+// an endpoint that cannot be reached is marked dead (tried last by every
+// call for Config.DeadFor) and the call goes to the next endpoint at once.
 // It returns the 2xx body and the number of retries made.
 func (c *Client) post(ctx context.Context, m *model, sticky, path string, body []byte) ([]byte, int, error) {
-	order := m.order(sticky)
+	order := m.order(sticky, time.Now())
+	if len(order) == 0 {
+		return nil, 0, fmt.Errorf("%w %q", ErrNoEndpoints, m.name)
+	}
 	var lastErr error
 	for try := 0; ; try++ {
-		ep := m.eps[order[try%len(order)]]
-		out, status, retryAfter, err := c.once(ctx, ep+path, m.key, body)
+		ep := order[try%len(order)]
+		out, status, retryAfter, err := c.once(ctx, ep.url+path, m.key, body)
 		if err == nil && status/100 == 2 {
 			return out, try, nil
 		}
+		failover := false
 		if err == nil {
 			lastErr = &HTTPError{Status: status, Body: out}
 			if !retryable(status) {
 				return nil, try, lastErr
 			}
 		} else {
-			lastErr = err
+			lastErr = fmt.Errorf("%s: %w", ep.url, err)
 			if ctx.Err() != nil {
-				return nil, try, err
+				return nil, try, lastErr
+			}
+			if unreachable(err) {
+				ep.deadUntil.Store(time.Now().Add(c.cfg.DeadFor).UnixNano())
+				failover = len(order) > 1
 			}
 		}
 		if try >= c.cfg.MaxRetries {
 			return nil, try, fmt.Errorf("after %d retries: %w", try, lastErr)
+		}
+		if failover {
+			continue // another endpoint, no need to wait
 		}
 		d := c.cfg.Backoff << try
 		if d > c.cfg.MaxBackoff || d <= 0 {
@@ -283,6 +456,16 @@ func (c *Client) post(ctx context.Context, m *model, sticky, path string, body [
 		case <-t.C:
 		}
 	}
+}
+
+// unreachable reports whether err means the endpoint could not be reached
+// at all (refused, reset or failed connection, unknown host), not that it
+// answered slowly.
+func unreachable(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
 }
 
 // maxResponseBytes bounds an upstream answer.
@@ -503,6 +686,9 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 			return nil, fmt.Errorf("encode upstream request: %w", err)
 		}
 	}
+	// The version is the one registered when the call was sent (weights are
+	// swapped while the gateway is paused and drained).
+	version := m.version.Load()
 	out, retries, err := c.post(ctx, m, sticky, path, body)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: %w", m.name, err)
@@ -523,7 +709,7 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 		PromptIDs:        resp.PromptTokenIDs,
 		IDs:              ch.TokenIDs,
 		Model:            m.name,
-		Version:          m.version.Load(),
+		Version:          version,
 		Retries:          retries,
 		PromptTokens:     resp.Usage.PromptTokens,
 		CompletionTokens: resp.Usage.CompletionTokens,

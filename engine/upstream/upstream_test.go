@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -192,9 +194,27 @@ func TestRetries(t *testing.T) {
 	})
 }
 
+// TestStickyEndpoints: a rollout's calls go to the endpoint Agent
+// Lightning picks for it (SHA-256 of the rollout id over the sorted
+// endpoints), the others following in sorted order; keys spread.
 func TestStickyEndpoints(t *testing.T) {
 	eps := []string{"http://a/v1", "http://b/v1", "http://c/v1", "http://d/v1"}
-	c := newClient(t, eps...)
+	c := newClient(t, eps[2], eps[0], eps[3], eps[1]+"/") // any order, trailing slash
+	// Expected picks computed with Python's
+	// int.from_bytes(hashlib.sha256(rid.encode()).digest()[:8], "big") % 4.
+	for _, tc := range []struct {
+		rollout string
+		want    int
+	}{{"ro-1", alIndex("ro-1", 4)}, {"rollout-abc", alIndex("rollout-abc", 4)}} {
+		o := c.Endpoints("m", tc.rollout)
+		want := make([]string, 4)
+		for i := range want {
+			want[i] = eps[(tc.want+i)%4]
+		}
+		if !slices.Equal(o, want) {
+			t.Errorf("%s: order %v, want %v", tc.rollout, o, want)
+		}
+	}
 	first := map[string]int{}
 	for i := range 400 {
 		key := "rollout-" + strconv.Itoa(i)
@@ -214,12 +234,27 @@ func TestStickyEndpoints(t *testing.T) {
 			t.Errorf("endpoint %s first for only %d of 400 keys: %v", ep, first[ep], first)
 		}
 	}
-	// Removing an endpoint moves only the keys that preferred it.
-	c3 := newClient(t, eps[:3]...)
-	for i := range 400 {
-		key := "rollout-" + strconv.Itoa(i)
-		if o := c.Endpoints("m", key); o[0] != eps[3] && c3.Endpoints("m", key)[0] != o[0] {
-			t.Fatalf("key %s moved from %s although it stayed", key, o[0])
+}
+
+// alIndex is agentlightning/server/proxy.py's select_server index.
+func alIndex(rollout string, n int) int {
+	d := sha256.Sum256([]byte(rollout))
+	return int(binary.BigEndian.Uint64(d[:8]) % uint64(n))
+}
+
+// TestStickyIndexGolden pins the index to values computed by Python's
+// hashlib (so that a rollout lands where Agent Lightning's gateway would
+// send it).
+func TestStickyIndexGolden(t *testing.T) {
+	for _, tc := range []struct {
+		rollout string
+		n, want int
+	}{
+		// python3 -c 'import hashlib;print(int.from_bytes(hashlib.sha256(b"ro-1").digest()[:8],"big")%N)'
+		{"ro-1", 4, 2}, {"ro-1", 3, 1}, {"rollout-abc", 7, 3},
+	} {
+		if got := stickyIndex(tc.rollout, tc.n); got != tc.want {
+			t.Errorf("stickyIndex(%q, %d) = %d, want %d", tc.rollout, tc.n, got, tc.want)
 		}
 	}
 }
@@ -230,24 +265,128 @@ func TestFailover(t *testing.T) {
 	deadURL := dead.URL + "/v1"
 	dead.Close()
 	c := newClient(t, deadURL, v.srv.URL+"/v1")
-	// Find a key that prefers the dead endpoint.
-	key := ""
-	for i := 0; key == ""; i++ {
+	// Find keys that prefer the dead endpoint.
+	var keys []string
+	for i := 0; len(keys) < 2; i++ {
 		if k := strconv.Itoa(i); c.Endpoints("m", k)[0] == deadURL {
-			key = k
+			keys = append(keys, k)
 		}
 	}
-	r, err := c.Chat(context.Background(), ChatRequest{Sticky: key, Conv: conv})
+	start := time.Now()
+	r, err := c.Chat(context.Background(), ChatRequest{Sticky: keys[0], Conv: conv})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Retries != 1 || v.calls.Load() != 1 {
 		t.Fatalf("retries %d calls %d", r.Retries, v.calls.Load())
 	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("failover to a live endpoint took %v", d)
+	}
+	// The dead endpoint is now tried last by every call, for DeadFor.
+	if o := c.Endpoints("m", keys[1]); o[0] == deadURL {
+		t.Fatalf("dead endpoint still first: %v", o)
+	}
+	r, err = c.Chat(context.Background(), ChatRequest{Sticky: keys[1], Conv: conv})
+	if err != nil || r.Retries != 0 {
+		t.Fatalf("second call: retries %v err %v", r, err)
+	}
+}
+
+// TestUpdate: the routing table changes while the client runs: version,
+// endpoints added and removed (dead marks kept for those that stay), a new
+// model, no endpoints at all.
+func TestUpdate(t *testing.T) {
+	a, b := newVLLM(t), newVLLM(t)
+	c := newClient(t, a.srv.URL+"/v1")
+	ctx := context.Background()
+	if err := c.Update("m", 8, []string{a.srv.URL + "/v1", b.srv.URL + "/v1"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		r, err := c.Chat(ctx, ChatRequest{Sticky: "r" + strconv.Itoa(i), Conv: conv})
+		if err != nil || r.Version != 8 {
+			t.Fatalf("call %d: %+v %v", i, r, err)
+		}
+	}
+	if a.calls.Load() == 0 || b.calls.Load() == 0 {
+		t.Fatalf("calls a=%d b=%d: both endpoints should serve", a.calls.Load(), b.calls.Load())
+	}
+	// Remove a: no new calls reach it. A version-only update keeps b.
+	if err := c.Update("m", 0, []string{b.srv.URL + "/v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update("m", 9, nil); err != nil {
+		t.Fatal(err)
+	}
+	na := a.calls.Load()
+	for i := range 20 {
+		r, err := c.Chat(ctx, ChatRequest{Sticky: "r" + strconv.Itoa(i), Conv: conv})
+		if err != nil || r.Version != 9 {
+			t.Fatalf("call %d: %+v %v", i, r, err)
+		}
+	}
+	if a.calls.Load() != na {
+		t.Fatalf("removed endpoint got %d new calls", a.calls.Load()-na)
+	}
+	// A new model, reachable by name; the default is unchanged.
+	if err := c.Update("n", 2, []string{a.srv.URL + "/v1"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Chat(ctx, ChatRequest{Model: "n", Sticky: "x", Conv: conv})
+	if err != nil || r.Model != "n" || r.Version != 2 || c.DefaultModel() != "m" {
+		t.Fatalf("new model: %+v %v", r, err)
+	}
+	got := c.Models()
+	if len(got) != 2 || got[0].Name != "m" || got[0].Version != 9 || !slices.Equal(got[0].Endpoints, []string{b.srv.URL + "/v1"}) {
+		t.Fatalf("models %+v", got)
+	}
+	// No endpoints: a clear error, no call.
+	if err := c.Update("m", 0, []string{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Chat(ctx, ChatRequest{Conv: conv}); !errors.Is(err, ErrNoEndpoints) {
+		t.Fatalf("no endpoints: %v", err)
+	}
+	for _, bad := range [][]string{{""}, {"10.0.0.1:8000/v1"}} {
+		if err := c.Update("m", 0, bad); err == nil {
+			t.Errorf("endpoints %q accepted", bad)
+		}
+	}
+	if err := c.Update("", 1, nil); err == nil {
+		t.Error("empty model name accepted")
+	}
+}
+
+// TestUpdateConcurrent runs calls while the table changes (for -race).
+func TestUpdateConcurrent(t *testing.T) {
+	a, b := newVLLM(t), newVLLM(t)
+	c := newClient(t, a.srv.URL+"/v1")
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			eps := []string{a.srv.URL + "/v1"}
+			if i%2 == 0 {
+				eps = append(eps, b.srv.URL+"/v1")
+			}
+			if err := c.Update("m", int64(i+1), eps); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i := range 50 {
+		if _, err := c.Chat(ctx, ChatRequest{Sticky: strconv.Itoa(i), Conv: conv}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
 }
 
 func TestConfigErrors(t *testing.T) {
-	for _, cfg := range []Config{{}, {Models: []Model{{Name: "m"}}}, {Models: []Model{{Endpoints: []string{"x"}}}}, {Models: []Model{{Name: "m", Endpoints: []string{"x"}}, {Name: "m", Endpoints: []string{"y"}}}}} {
+	for _, cfg := range []Config{{}, {Models: []Model{{Name: "m", Endpoints: []string{"10.0.0.1:8000"}}}}, {Models: []Model{{Name: "m", Mode: "token"}}}, {Models: []Model{{Name: "m", TokenizerDir: "x"}}}, {Models: []Model{{Name: "m", Mode: "tokens", TokenizerDir: "x"}}}, {Models: []Model{{Endpoints: []string{"x"}}}}, {Models: []Model{{Name: "m", Endpoints: []string{"x"}}, {Name: "m", Endpoints: []string{"y"}}}}} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
