@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 
@@ -13,7 +14,7 @@ import (
 // mountAL serves Agent Lightning v1.0's gateway API (the config's `al:`
 // section) on srv. raw is the store before any wrapping (its optional
 // interfaces); l may be nil (no engine: the agent route answers 503).
-func mountAL(c config.Config, srv *gateway.Server, st, raw store.Store, l *llm, log *slog.Logger) error {
+func mountAL(c config.Config, srv *gateway.Server, st, raw store.Store, l *llm, changed func(context.Context), log *slog.Logger) error {
 	var ac al.Config
 	if err := c.Section("al", &ac); err != nil {
 		return err
@@ -21,7 +22,7 @@ func mountAL(c config.Config, srv *gateway.Server, st, raw store.Store, l *llm, 
 	if !ac.Enabled() {
 		return nil
 	}
-	opt := al.Options{Config: ac, Store: st, IsAdmin: srv.IsAdmin, MaxAbsReward: c.Gateway.MaxAbsReward, Notify: srv.Notify, Logger: log}
+	opt := al.Options{Config: ac, Store: st, IsAdmin: srv.IsAdmin, MaxAbsReward: c.Gateway.MaxAbsReward, Notify: srv.Notify, ModelsChanged: changed, Logger: log}
 	opt.Late, _ = raw.(store.LateWriter)
 	if l != nil {
 		opt.LLM = l.Proxy

@@ -151,7 +151,7 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	srv := gateway.New(opt)
 	srv.Handle("GET /metrics", m.Handler())
-	if err := mountAL(c, srv, st, raw, l, log); err != nil {
+	if err := mountAL(c, srv, st, raw, l, opt.ModelsChanged, log); err != nil {
 		return err
 	}
 	var tok dashboard.Decoder

@@ -137,7 +137,11 @@ type Options struct {
 	// Notify is called after a change that may end a rollout (the
 	// gateway's long-poll wake-up).
 	Notify func()
-	Logger *slog.Logger
+	// ModelsChanged, if set, is called after a model registration or
+	// deletion was stored (the live routing table's sync), before the
+	// answer.
+	ModelsChanged func(ctx context.Context)
+	Logger        *slog.Logger
 }
 
 // Handler serves the API. Mount it under Config.Prefix with the prefix

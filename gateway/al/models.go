@@ -81,6 +81,9 @@ func (h *Handler) registerModels(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	h.forgetServers()
+	if h.opt.ModelsChanged != nil {
+		h.opt.ModelsChanged(r.Context())
+	}
 	writeJSON(w, http.StatusCreated, out)
 	return nil
 }
@@ -122,6 +125,9 @@ func (h *Handler) deleteModels(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	h.forgetServers()
+	if h.opt.ModelsChanged != nil {
+		h.opt.ModelsChanged(r.Context())
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	return nil
 }
