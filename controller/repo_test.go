@@ -191,7 +191,7 @@ func TestRepoRewardHacking(t *testing.T) {
 			want: 0, logHas: []string{"AGL_REWARD_FILE=[]", "searched"}, logLack: []string{"wrote /"}},
 		{name: "(1) reward file from the harness", extra: map[string]any{"reward_file": true}, want: 0},
 		{name: "(2) reward and tests events with any key",
-			cmds: []string{fmt.Sprintf(`env | grep -ci key; cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -c agl_; curl -sS -m 5 -X POST -d 1 %s/r/x/y/events; echo curl=$?`, e.srv.URL)},
+			cmds:  []string{fmt.Sprintf(`env | grep -ci key; cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -c agl_; curl -sS -m 5 -X POST -d 1 %s/r/x/y/events; echo curl=$?`, e.srv.URL)},
 			extra: map[string]any{"forge": true}, want: 0,
 			logHas: []string{"curl=7", "FORGE tests 403"}},
 		{name: "(3) read the hidden tests",
