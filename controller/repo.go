@@ -177,7 +177,7 @@ func (c *runner) prepareRepo(ctx context.Context, a *attempt) error {
 	}
 	r.spec = sandbox.Spec{Workspace: r.ws, ReadOnly: c.cfg.Sandbox.ReadOnly, Env: c.cfg.Sandbox.Env, Limits: lim, Journal: filepath.Join(a.dir, "sandbox.journal"), Bwrap: c.cfg.Sandbox.Bwrap,
 		// The controller's sweep tells the attempt's processes by this.
-		HostEnv: []string{"AGL_ATTEMPT_ID=" + a.aid}}
+		HostEnv: []string{"AGL_ATTEMPT_ID=" + a.aid}, Start: procs.startUnregistered}
 	specPath := filepath.Join(a.dir, "sandbox.json")
 	if err := r.spec.Save(specPath); err != nil {
 		return err
@@ -356,7 +356,7 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	lim.CPUSeconds = 0
 	lim = lim.WithDefaults()
 	lim.OutputBytes = 64 << 20
-	spec := sandbox.Spec{Workspace: dir, ReadOnly: r.spec.ReadOnly, Env: r.spec.Env, Limits: lim, Bwrap: r.spec.Bwrap, HostEnv: r.spec.HostEnv}
+	spec := sandbox.Spec{Workspace: dir, ReadOnly: r.spec.ReadOnly, Env: r.spec.Env, Limits: lim, Bwrap: r.spec.Bwrap, HostEnv: r.spec.HostEnv, Start: r.spec.Start}
 	var out lockedBuffer
 	res, err := sandbox.Run(ctx, spec, []string{"sh", "-c", command}, nil, &out, &out)
 	if err != nil {
@@ -512,4 +512,13 @@ func (c *runner) harnessCommand(a *attempt) (*exec.Cmd, error) {
 	cmd := exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
 	cmd.Dir, cmd.Env = c.cfg.Dir, a.env
 	return cmd, nil
+}
+
+// startUnregistered starts cmd with no sweep running in between (see
+// registry.start); the process names its attempt in its environment
+// (AGL_ATTEMPT_ID), which is how sweeps tell it apart.
+func (r *registry) startUnregistered(cmd *exec.Cmd) error {
+	r.starting.RLock()
+	defer r.starting.RUnlock()
+	return cmd.Start()
 }

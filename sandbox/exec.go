@@ -112,7 +112,11 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 		return res, err
 	}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	startCmd := s.Start
+	if startCmd == nil {
+		startCmd = (*exec.Cmd).Start
+	}
+	if err := startCmd(cmd); err != nil {
 		return res, fmt.Errorf("sandbox: start bwrap: %w", err)
 	}
 	var wg sync.WaitGroup
@@ -130,12 +134,15 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
 	done := make(chan struct{})
+	timedOut := make(chan bool, 1)
 	go func() {
 		select {
 		case <-timer.C:
-			res.TimedOut = true
+			timedOut <- true
 		case <-ctx.Done():
+			timedOut <- false
 		case <-done:
+			timedOut <- false
 			return
 		}
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -144,6 +151,7 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 	wg.Wait() // the pipes close when every process holding them is gone
 	werr := cmd.Wait()
 	close(done)
+	res.TimedOut = <-timedOut
 	res.Duration = time.Since(start).Seconds()
 	cg.kill()
 	res.Truncated = outTrunc || errTrunc

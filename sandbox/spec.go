@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 )
@@ -109,6 +110,9 @@ type Spec struct {
 	// (the shell that becomes bwrap), never seen inside: for a caller that
 	// tells its processes apart by their environment.
 	HostEnv []string `json:"host_env,omitempty"`
+	// Start, if set, starts the host-side process instead of cmd.Start
+	// (a caller that tracks the processes it starts).
+	Start func(cmd *exec.Cmd) error `json:"-"`
 }
 
 // SocketMount is where Spec.Socket appears inside the sandbox.
