@@ -151,6 +151,7 @@ type repoAttempt struct {
 	spec     sandbox.Spec
 	exec     string // AGL_SANDBOX_EXEC
 	setup    *sandbox.Result
+	door     *gatewayDoor // harness inside: its way to the gateway
 }
 
 // prepareRepo sets up a repository task's workspace, sandbox spec and
@@ -208,7 +209,9 @@ func (c *runner) prepareRepo(ctx context.Context, a *attempt) error {
 			a.env[i] = "AGL_TASK=" + view
 		}
 	}
-	a.env = append(a.env, "AGL_SANDBOX_EXEC="+r.exec)
+	if c.cfg.Sandbox.Harness == HarnessOutside {
+		a.env = append(a.env, "AGL_SANDBOX_EXEC="+r.exec)
+	}
 	return nil
 }
 
@@ -219,6 +222,7 @@ func (c *runner) cleanupRepo(a *attempt) {
 	if r == nil {
 		return
 	}
+	r.closeDoor()
 	if keep := c.cfg.Sandbox.KeepWorkspaces; keep != "" {
 		dst := filepath.Join(keep, a.rid+"-"+a.aid)
 		if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -509,6 +513,9 @@ func (r *repoAttempt) timeout(rollout time.Duration) time.Duration {
 // host, or (a repository task with sandbox.harness inside) in the
 // attempt's sandbox.
 func (c *runner) harnessCommand(a *attempt) (*exec.Cmd, error) {
+	if a.repo != nil && c.cfg.Sandbox.Harness == HarnessInside {
+		return c.insideCommand(a)
+	}
 	cmd := exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
 	cmd.Dir, cmd.Env = c.cfg.Dir, a.env
 	return cmd, nil

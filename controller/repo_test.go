@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "sandbox" && os.Args[2] == "exec" {
 		os.Exit(sandbox.ExecMain(context.Background(), os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 2 && os.Args[1] == "sandbox" && os.Args[2] == "forward" {
+		os.Exit(sandbox.ForwardMain(context.Background(), os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
 }
 
@@ -300,5 +303,68 @@ func TestRepoRewardHacking(t *testing.T) {
 			t.Errorf("%s was written from the sandbox", p)
 			os.Remove(p)
 		}
+	}
+}
+
+// TestRepoHarnessInside: with sandbox.harness inside, the harness itself
+// runs in the sandbox; its only way out is its own attempt's model routes
+// (the events route, the store API and the host's gateway port are
+// refused); it sees no reward file, events URL or admin key; the tests
+// still decide the reward.
+func TestRepoHarnessInside(t *testing.T) {
+	requireBwrap(t)
+	e := newEnv(t, time.Hour)
+	repo := pyRepo(t)
+	script, _ := filepath.Abs("testdata/inside_harness.py")
+	cases := []struct {
+		name string
+		cmds []string
+		want float64
+	}{
+		{"fix", []string{fixCmd}, 1},
+		{"wrong fix", []string{"sed -i 's/return a - b/return a * b/' calc.py"}, 0},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": c.cmds, "gateway": e.srv.URL}))[0]
+	}
+	cfg := e.repoConfig(t)
+	cfg.Command = []string{"python3", script}
+	cfg.Sandbox.Harness = controller.HarnessInside
+	cfg.Concurrency = 2
+	start(t, cfg)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rid := ids[c.name]
+			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
+			out := logText(t, e.events(t, rid, store.EventLog), "stdout")
+			if r.Status != store.RolloutSucceeded {
+				t.Fatalf("rollout %s: %s\n%s\n%s", r.Status, r.Error, out, logText(t, e.events(t, rid, store.EventLog), "stderr"))
+			}
+			t.Logf("harness output:\n%s", out)
+			if r.Reward == nil || *r.Reward != c.want {
+				t.Errorf("reward %s, want %g", fmtPtr(r.Reward), c.want)
+			}
+			for _, s := range []string{"CWD /workspace", "EVENTS 403", "ADMIN 403", "DOTDOT 403", "HOSTGW URLError"} {
+				if !strings.Contains(out, s) {
+					t.Errorf("harness output lacks %q:\n%s", s, out)
+				}
+			}
+			// The model route answers through the door (here with the
+			// gateway's own error: no engine), not with the door's 403.
+			if strings.Contains(out, "MODEL 403") || strings.Contains(out, "MODEL URLError") || !strings.Contains(out, "MODEL ") {
+				t.Errorf("the model route was not reached:\n%s", out)
+			}
+			env := out[strings.Index(out, "ENV "):]
+			env = env[:strings.IndexByte(env, '\n')]
+			for _, k := range []string{"AGL_REWARD_FILE", "AGL_EVENTS_URL", "AGL_ADMIN_KEY", "AGL_SANDBOX_EXEC", "AGL_STORE_URL"} {
+				if strings.Contains(env, k) {
+					t.Errorf("%s is visible inside the sandbox: %s", k, env)
+				}
+			}
+			if !strings.Contains(env, "OPENAI_BASE_URL") || !strings.Contains(env, "AGL_TASK") {
+				t.Errorf("the harness lacks its variables: %s", env)
+			}
+		})
 	}
 }

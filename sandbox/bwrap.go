@@ -49,14 +49,15 @@ func Args(s Spec, argv []string) []string {
 	for _, p := range etcEntries {
 		a = append(a, "--ro-bind-try", p, p)
 	}
-	for _, p := range s.ReadOnly {
-		a = append(a, "--ro-bind-try", p, p)
-	}
 	a = append(a,
 		"--proc", "/proc", "--dev", "/dev",
 		"--size", strconv.FormatInt(lim.DiskBytes, 10), "--tmpfs", "/tmp",
 		"--bind", s.Workspace, Mount, "--chdir", Mount,
 	)
+	// After /tmp, so that a path under it is not hidden by the tmpfs.
+	for _, p := range s.ReadOnly {
+		a = append(a, "--ro-bind-try", p, p)
+	}
 	if s.Socket != "" {
 		a = append(a, "--dir", filepath.Dir(SocketMount), "--bind", s.Socket, SocketMount)
 	}
