@@ -368,3 +368,76 @@ func TestRepoHarnessInside(t *testing.T) {
 		})
 	}
 }
+
+// TestRepoRewardEqualsDirectRun: the evaluator's reward and per-test
+// statuses equal those of the tests run directly (unsandboxed, the host's
+// python3) on the final workspace (kept by keep_workspaces) with the
+// pristine hidden files; with partial credit too.
+func TestRepoRewardEqualsDirectRun(t *testing.T) {
+	requireBwrap(t)
+	e := newEnv(t, time.Hour)
+	repo := pyRepo(t)
+	cases := []struct {
+		name string
+		cmd  string
+		want float64
+	}{
+		{"fix", fixCmd, 1},
+		{"half fix", "sed -i 's/return a - b/return abs(a) + abs(b)/' calc.py", 0.5},
+		{"no fix", "true", 0},
+		{"breaks mul", fixCmd + " && sed -i 's/return a \\* b/return a/' calc.py", 0},
+		{"syntax error", "echo 'def (' >> calc.py", 0},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": []string{c.cmd}}))[0]
+	}
+	cfg := e.repoConfig(t)
+	cfg.Concurrency = 3
+	cfg.Tests.PartialCredit = true
+	start(t, cfg)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rid := ids[c.name]
+			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
+			if r.Status != store.RolloutSucceeded || len(r.Attempts) != 1 {
+				t.Fatalf("rollout %s: %s", r.Status, r.Error)
+			}
+			var te testsEvent
+			if !e.one(t, rid, controller.EventTests, &te) {
+				return
+			}
+			// The direct run.
+			dir := filepath.Join(t.TempDir(), "direct")
+			os.Mkdir(dir, 0o755)
+			if err := sandbox.CopyTree(filepath.Join(cfg.Sandbox.KeepWorkspaces, rid+"-"+r.Attempts[0].ID), dir, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := sandbox.CopyTree("testdata/pyrepo", dir, func(rel string) bool { return rel != "tests" && !strings.HasPrefix(rel, "tests/") }); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("python3", "-m", "unittest", "-v", f2pAdd, f2pNeg, p2pMul)
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			st := controller.ParseTests(controller.TestsUnittest, string(out))
+			f2p := 0
+			for _, id := range []string{f2pAdd, f2pNeg} {
+				if st[id] == "passed" {
+					f2p++
+				}
+			}
+			direct := float64(f2p) / 2
+			if st[p2pMul] != "passed" {
+				direct = 0
+			}
+			if (err == nil) != te.Resolved || direct != te.Reward || te.Reward != c.want || r.Reward == nil || *r.Reward != te.Reward {
+				t.Errorf("evaluator reward %g (resolved %v, rollout %s), direct run %g (exit %v), want %g\n%s", te.Reward, te.Resolved, fmtPtr(r.Reward), direct, err, c.want, out)
+			}
+			for id, s := range te.FailToPass {
+				if want := st[id]; want != s && !(want == "" && s == "missing") {
+					t.Errorf("%s: evaluator %s, direct %s", id, s, want)
+				}
+			}
+		})
+	}
+}
