@@ -301,7 +301,7 @@ func (c *cgroup) kill() {
 	if !c.ok() {
 		return
 	}
-	for range 50 {
+	for range 500 {
 		b, _ := os.ReadFile(filepath.Join(c.pids, "cgroup.procs"))
 		fields := strings.Fields(string(b))
 		if len(fields) == 0 {
@@ -312,7 +312,7 @@ func (c *cgroup) kill() {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -342,11 +342,11 @@ func (c *cgroup) remove() {
 		return
 	}
 	c.kill()
-	for range 50 {
+	for range 500 {
 		e1, e2 := os.Remove(c.mem), os.Remove(c.pids)
 		if (e1 == nil || errors.Is(e1, os.ErrNotExist)) && (e2 == nil || errors.Is(e2, os.ErrNotExist)) {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
