@@ -617,6 +617,8 @@ func TestBadConfig(t *testing.T) {
 		{"bad mode", func(c *controller.Config) { c.Mode = "test" }, "mode"},
 		{"bad env", func(c *controller.Config) { c.Env = []string{"NOEQUALS"} }, "KEY=VALUE"},
 		{"wrong key", func(c *controller.Config) { c.AdminKey = "nope" }, "401"},
+		{"bad sandbox harness", func(c *controller.Config) { c.Sandbox.Harness = "beside" }, "sandbox.harness \"beside\": want outside or inside"},
+		{"relative read_only", func(c *controller.Config) { c.Sandbox.ReadOnly = []string{"opt"} }, "sandbox.read_only \"opt\""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -441,3 +441,42 @@ func TestRepoRewardEqualsDirectRun(t *testing.T) {
 		})
 	}
 }
+
+// TestRepoTaskErrors: a bad repository task fails its attempt with an
+// error naming what was wrong; a setup command runs in the sandbox before
+// the harness, and its failure fails the attempt.
+func TestRepoTaskErrors(t *testing.T) {
+	requireBwrap(t)
+	e := newEnv(t, time.Hour)
+	repo := pyRepo(t)
+	cases := []struct {
+		name  string
+		extra map[string]any
+		want  string // in the rollout's error; "" = succeeds with reward 1
+	}{
+		{"missing repo", map[string]any{"repo": filepath.Join(t.TempDir(), "nope")}, "repository: stat"},
+		{"no test command", map[string]any{"test_command": ""}, "test_command is required"},
+		{"hidden path outside", map[string]any{"hidden_files": []string{"../etc"}}, `hidden file "../etc"`},
+		{"setup fails", map[string]any{"setup_command": "echo broken >&2; exit 4"}, "setup_command: exit status 4: broken"},
+		{"setup runs first", map[string]any{"setup_command": "echo 'return a + b' > fix.txt", "cmds": []string{`sed -i "s/return a - b/$(cat fix.txt)/" calc.py`}}, ""},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 60}, repoTask(t, repo, c.extra))[0]
+	}
+	start(t, e.repoConfig(t))
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := e.wait(t, []string{ids[c.name]}, time.Minute)[0]
+			if c.want == "" {
+				if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != 1 {
+					t.Errorf("rollout %s (%s), reward %s; want succeeded with 1", r.Status, r.Error, fmtPtr(r.Reward))
+				}
+				return
+			}
+			if r.Status != store.RolloutFailed || !strings.Contains(r.Error, c.want) {
+				t.Errorf("rollout %s: %q, want failed with %q", r.Status, r.Error, c.want)
+			}
+		})
+	}
+}
