@@ -282,6 +282,9 @@ type sandboxData struct {
 	// Limited counts the commands that hit each limit (timeout, output,
 	// memory, processes, disk).
 	Limited map[string]int `json:"limited,omitempty"`
+	// Blocked counts the commands whose output shows the sandbox refused
+	// something (network, git: no history, read_only: the system).
+	Blocked map[string]int `json:"blocked,omitempty"`
 	// Cgroups is false when memory and processes were bounded by rlimits.
 	Cgroups bool `json:"cgroups"`
 	// DiskLimit is false when the workspace could not be a tmpfs (not
@@ -305,6 +308,12 @@ func (c *runner) recordSandbox(ctx context.Context, a *attempt) {
 				d.Limited = map[string]int{}
 			}
 			d.Limited[l]++
+		}
+		for _, b := range r.Blocked {
+			if d.Blocked == nil {
+				d.Blocked = map[string]int{}
+			}
+			d.Blocked[b]++
 		}
 	}
 	b, _ := json.Marshal(d)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -41,6 +42,58 @@ type Result struct {
 	// Cgroups is false when memory and processes were bounded by rlimits
 	// only (no writable cgroup v1 hierarchy).
 	Cgroups bool `json:"cgroups"`
+	// Blocked lists what the command's output shows the sandbox refused
+	// (BlockedNetwork, BlockedGit, BlockedReadOnly), as far as the
+	// messages of common tools tell.
+	Blocked []string `json:"blocked,omitempty"`
+}
+
+// What a command's output can show the sandbox blocked (Result.Blocked).
+const (
+	BlockedNetwork  = "network"
+	BlockedGit      = "git"
+	BlockedReadOnly = "read_only"
+)
+
+// blockedSigns are the messages (libc's, curl's, Python's, git's) that
+// show each kind of refusal.
+var blockedSigns = []struct{ kind, text string }{
+	{BlockedNetwork, "Network is unreachable"},
+	{BlockedNetwork, "Could not resolve host"},
+	{BlockedNetwork, "Temporary failure in name resolution"},
+	{BlockedNetwork, "Failed to connect to"},
+	{BlockedNetwork, "Connection refused"},
+	{BlockedGit, "not a git repository"},
+	{BlockedReadOnly, "Read-only file system"},
+}
+
+// signs collects the kinds of blockedSigns seen in the output streams.
+type signs struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *signs) scan(b []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sg := range blockedSigns {
+		if !s.seen[sg.kind] && bytes.Contains(b, []byte(sg.text)) {
+			if s.seen == nil {
+				s.seen = map[string]bool{}
+			}
+			s.seen[sg.kind] = true
+		}
+	}
+}
+
+func (s *signs) list() []string {
+	var l []string
+	for _, k := range []string{BlockedNetwork, BlockedGit, BlockedReadOnly} {
+		if s.seen[k] {
+			l = append(l, k)
+		}
+	}
+	return l
 }
 
 // Limited lists the limits r hit, in words ("timeout 60s", "output", …).
@@ -121,14 +174,15 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 	}
 	var wg sync.WaitGroup
 	var outTrunc, errTrunc bool
+	var seen signs
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		res.StdoutBytes, outTrunc = copyLimited(stdout, outR, lim.OutputBytes, "stdout")
+		res.StdoutBytes, outTrunc = copyLimited(stdout, outR, lim.OutputBytes, "stdout", &seen)
 	}()
 	go func() {
 		defer wg.Done()
-		res.StderrBytes, errTrunc = copyLimited(stderr, errR, lim.OutputBytes, "stderr")
+		res.StderrBytes, errTrunc = copyLimited(stderr, errR, lim.OutputBytes, "stderr", &seen)
 	}()
 
 	timer := time.NewTimer(lim.Timeout)
@@ -155,6 +209,7 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 	res.Duration = time.Since(start).Seconds()
 	cg.kill()
 	res.Truncated = outTrunc || errTrunc
+	res.Blocked = seen.list()
 	res.MemoryLimit, res.ProcessLimit = cg.hit()
 	var ee *exec.ExitError
 	switch {
@@ -191,16 +246,22 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 }
 
 // copyLimited copies r to w up to n bytes, then writes a marker and
-// drains the rest; it returns the bytes read and whether it cut.
-func copyLimited(w io.Writer, r io.Reader, n int64, stream string) (int64, bool) {
+// drains the rest; it returns the bytes read and whether it cut. What it
+// passes on is scanned for blockedSigns.
+func copyLimited(w io.Writer, r io.Reader, n int64, stream string, seen *signs) (int64, bool) {
 	var total int64
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, 64<<10)
+	var edge []byte // the end of the previous chunk, for a sign cut in two
 	cut := false
 	for {
 		k, err := r.Read(buf)
 		if k > 0 {
 			if room := n - total; room > 0 {
-				w.Write(buf[:min(int64(k), room)])
+				part := buf[:min(int64(k), room)]
+				w.Write(part)
+				joined := append(edge, part...)
+				seen.scan(joined)
+				edge = append([]byte(nil), joined[max(len(joined)-64, 0):]...)
 			}
 			total += int64(k)
 			if total > n && !cut {

@@ -186,8 +186,9 @@ func TestRun(t *testing.T) {
 		// bash retries a refused fork until the wall time ends it.
 		{"processes", "for i in $(seq 100); do sleep 5 & done; wait", sandbox.ExitTimeout, []string{"timeout", "processes"}, "", "process limit"},
 		{"disk", "dd if=/dev/zero of=big bs=1M count=100 2>/dev/null; echo $?", 0, []string{"disk"}, "1\n", "workspace is full"},
-		{"read-only system", "touch /usr/x 2>&1 | grep -c Read-only", 0, nil, "1\n", ""},
+		{"read-only system", "touch /usr/x", 1, nil, "", "Read-only file system"},
 		{"no network", "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), timeout=2)' 2>&1 | tail -1", 0, nil, "OSError: [Errno 101] Network is unreachable\n", ""},
+		{"no git history", "git log", 128, nil, "", "not a git repository"},
 		{"no host env", "echo \"[$AGL_SECRET_FOR_TEST]\"", 0, nil, "[]\n", ""},
 	}
 	t.Setenv("AGL_SECRET_FOR_TEST", "s3cret")
@@ -221,6 +222,10 @@ func TestRun(t *testing.T) {
 			}
 			if !strings.Contains(errb.String(), c.err) {
 				t.Errorf("stderr %q lacks %q", errb.String(), c.err)
+			}
+			want := map[string]string{"read-only system": sandbox.BlockedReadOnly, "no network": sandbox.BlockedNetwork, "no git history": sandbox.BlockedGit}[c.name]
+			if got := strings.Join(res.Blocked, ","); got != want {
+				t.Errorf("blocked %q, want %q", got, want)
 			}
 		})
 	}
