@@ -424,7 +424,7 @@ func score(f2p, p2p map[string]string, partial bool) (float64, string) {
 	if len(bad) == 0 {
 		return 1, ""
 	}
-	reason := "not resolved: " + strings.Join(bad[:min(len(bad), 5)], ", ")
+	reason := "not passing: " + strings.Join(bad[:min(len(bad), 5)], ", ")
 	if len(bad) > 5 {
 		reason += fmt.Sprintf(" and %d more", len(bad)-5)
 	}
