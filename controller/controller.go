@@ -229,7 +229,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HTTP != nil {
 		cl.HTTP = cfg.HTTP
 	}
-	c := &runner{cfg: cfg, api: cl, log: cfg.Logger}
+	c := &runner{cfg: cfg, api: cl, log: cfg.Logger, stdlib: sync.OnceValue(pythonStdlib)}
 	if err := becomeSubreaper(); err != nil {
 		c.log.Warn("controller: cannot become the child subreaper: processes a harness detaches (setsid) may outlive its attempt", "err", err)
 	}
@@ -292,6 +292,9 @@ type runner struct {
 	cfg Config
 	api *api.Client
 	log *slog.Logger
+	// stdlib is the set of module names a repository's workspace may not
+	// add at its top level (see repo.go), computed once.
+	stdlib func() map[string]bool
 }
 
 // errLost is the cancel cause of an attempt that ended elsewhere.

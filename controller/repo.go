@@ -152,6 +152,9 @@ type repoAttempt struct {
 	exec     string // AGL_SANDBOX_EXEC
 	setup    *sandbox.Result
 	door     *gatewayDoor // harness inside: its way to the gateway
+	// top holds the workspace's top-level names as prepared (hidden
+	// ones included).
+	top map[string]bool
 }
 
 // prepareRepo sets up a repository task's workspace, sandbox spec and
@@ -175,6 +178,13 @@ func (c *runner) prepareRepo(ctx context.Context, a *attempt) error {
 	}
 	if err := sandbox.Prepare(src, r.ws, r.pristine, t.HiddenFiles); err != nil {
 		return err
+	}
+	r.top = map[string]bool{}
+	for _, d := range []string{r.ws, r.pristine} {
+		des, _ := os.ReadDir(d)
+		for _, de := range des {
+			r.top[de.Name()] = true
+		}
 	}
 	r.spec = sandbox.Spec{Workspace: r.ws, ReadOnly: c.cfg.Sandbox.ReadOnly, Env: c.cfg.Sandbox.Env, Limits: lim, Journal: filepath.Join(a.dir, "sandbox.journal"), Bwrap: c.cfg.Sandbox.Bwrap,
 		// The controller's sweep tells the attempt's processes by this.
@@ -262,8 +272,12 @@ type testsData struct {
 	// HiddenFilesChanged lists hidden paths the agent's workspace held at
 	// the end (made or changed by the agent; replaced before the run).
 	HiddenFilesChanged []string `json:"hidden_files_changed,omitempty"`
-	Log                string   `json:"log"`
-	LogBytes           int64    `json:"log_bytes"`
+	// Shadowing lists top-level paths the agent added under the name of a
+	// standard-library or test-runner module; they were left out of the
+	// test run.
+	Shadowing []string `json:"shadowing,omitempty"`
+	Log       string   `json:"log"`
+	LogBytes  int64    `json:"log_bytes"`
 }
 
 // Test statuses in a tests event.
@@ -351,7 +365,22 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	if sandbox.MountWorkspace(dir, 2*lim.DiskBytes) {
 		defer sandbox.Unmount(dir)
 	}
-	if err := sandbox.CopyTree(r.ws, dir, nil); err != nil {
+	// A module the agent added at the top level under a standard-library
+	// name (unittest/, re.py) would be imported by the test runner itself,
+	// from the cwd, and could print passes: it is left out.
+	stdlib := c.stdlib()
+	skip := func(rel string) bool {
+		if strings.Contains(rel, "/") || r.top[rel] {
+			return false
+		}
+		name := strings.TrimSuffix(strings.TrimSuffix(rel, ".py"), ".pyc")
+		if stdlib[name] {
+			d.Shadowing = append(d.Shadowing, rel)
+			return true
+		}
+		return false
+	}
+	if err := sandbox.CopyTree(r.ws, dir, skip); err != nil {
 		return d, fmt.Errorf("tests: copy the workspace: %w", err)
 	}
 	changed, err := sandbox.RestoreHidden(r.pristine, dir, t.HiddenFiles)
@@ -537,4 +566,32 @@ func (r *registry) startUnregistered(cmd *exec.Cmd) error {
 	r.starting.RLock()
 	defer r.starting.RUnlock()
 	return cmd.Start()
+}
+
+// runnerModules are test-runner modules that a workspace may not add at its
+// top level, whatever Python's standard library holds.
+var runnerModules = []string{"pytest", "_pytest", "pluggy", "sitecustomize", "usercustomize"}
+
+// pythonStdlib is the set of Python's standard-library module names (the
+// sandbox's default interpreter, /usr/bin/python3, run isolated) plus
+// runnerModules; just those without a Python.
+func pythonStdlib() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range runnerModules {
+		m[n] = true
+	}
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		py = "python3"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, py, "-I", "-c", "import sys; print(chr(10).join(sys.stdlib_module_names))").Output()
+	if err != nil {
+		return m
+	}
+	for _, n := range strings.Fields(string(out)) {
+		m[n] = true
+	}
+	return m
 }
