@@ -42,7 +42,6 @@ func (c *runner) openDoor(a *attempt, sock string) (*gatewayDoor, error) {
 	prefix := "/r/" + a.rid + "/" + a.aid + "/"
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1 // streamed answers pass at once
-	rp.ErrorLog = nil
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !doorAllows(prefix, r.URL) {
 			w.Header().Set("Content-Type", "application/json")
@@ -109,9 +108,11 @@ func (c *runner) insideCommand(a *attempt) (*exec.Cmd, error) {
 	if c.cfg.Dir != "" {
 		spec.ReadOnly = append(spec.ReadOnly, c.cfg.Dir)
 	}
-	// The harness's limit is the attempt's (the controller enforces it).
+	// The harness's time limit is the attempt's (the controller enforces
+	// it); its output goes whole to the attempt's logs, as outside.
 	spec.Limits.Timeout = 30 * 24 * time.Hour
 	spec.Limits.CPUSeconds = 1 << 30
+	spec.Limits.OutputBytes = 1 << 62
 	specPath := filepath.Join(a.dir, "harness-sandbox.json")
 	if err := spec.Save(specPath); err != nil {
 		return nil, err

@@ -149,8 +149,7 @@ type repoAttempt struct {
 	mounted  bool   // ws is a tmpfs of the disk limit
 	pristine string // the hidden files, as in the snapshot
 	spec     sandbox.Spec
-	exec     string // AGL_SANDBOX_EXEC
-	setup    *sandbox.Result
+	exec     string       // AGL_SANDBOX_EXEC
 	door     *gatewayDoor // harness inside: its way to the gateway
 	// top holds the workspace's top-level names as prepared (hidden
 	// ones included).
@@ -201,11 +200,12 @@ func (c *runner) prepareRepo(ctx context.Context, a *attempt) error {
 	if t.SetupCommand != "" {
 		var out tailBuffer
 		out.max = c.cfg.LogTailBytes
-		res, err := sandbox.Run(ctx, r.spec, []string{"sh", "-c", t.SetupCommand}, nil, &out, &out)
+		setup := r.spec
+		setup.Journal = "" // not one of the model's commands
+		res, err := sandbox.Run(ctx, setup, []string{"sh", "-c", t.SetupCommand}, nil, &out, &out)
 		if err != nil {
 			return fmt.Errorf("setup_command: %w", err)
 		}
-		r.setup = &res
 		if res.Exit != 0 {
 			return fmt.Errorf("setup_command: exit status %d: %s", res.Exit, lastLine(out.String()))
 		}

@@ -472,6 +472,7 @@ func TestRepoTaskErrors(t *testing.T) {
 		{"no test command", map[string]any{"test_command": ""}, "test_command is required"},
 		{"hidden path outside", map[string]any{"hidden_files": []string{"../etc"}}, `hidden file "../etc"`},
 		{"setup fails", map[string]any{"setup_command": "echo broken >&2; exit 4"}, "setup_command: exit status 4: broken"},
+		{"task timeout", map[string]any{"timeout_seconds": 2, "cmds": []string{"sleep 30"}}, "timeout: killed after 2s"},
 		{"setup runs first", map[string]any{"setup_command": "echo 'return a + b' > fix.txt", "cmds": []string{`sed -i "s/return a - b/$(cat fix.txt)/" calc.py`}}, ""},
 	}
 	ids := map[string]string{}

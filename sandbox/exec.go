@@ -326,6 +326,13 @@ func newCgroup(parent string, lim Limits) *cgroup {
 	rand.Read(b[:])
 	name := hex.EncodeToString(b[:])
 	c := &cgroup{}
+	// Only where the v1 memory and pids hierarchies are mounted ("tasks"
+	// is v1's): on a cgroup2-only host these paths would make v2 groups.
+	for _, h := range []string{"memory", "pids"} {
+		if _, err := os.Stat(filepath.Join(cgroupRoot, h, "tasks")); err != nil {
+			return c
+		}
+	}
 	mem := filepath.Join(cgroupRoot, "memory", parent, name)
 	pids := filepath.Join(cgroupRoot, "pids", parent, name)
 	if os.MkdirAll(mem, 0o755) != nil || os.MkdirAll(pids, 0o755) != nil {

@@ -117,3 +117,35 @@ controller:
 		}
 	}
 }
+
+// BenchmarkSandboxExec is the cost of one command through AGL_SANDBOX_EXEC
+// (the built `agl sandbox exec`: the agl binary's start, then the
+// sandbox) against the same command run directly.
+func BenchmarkSandboxExec(b *testing.B) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		b.Skip("bubblewrap (bwrap) is not installed")
+	}
+	bin, err := buildAgl()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	ws := filepath.Join(dir, "ws")
+	os.Mkdir(ws, 0o755)
+	spec := filepath.Join(dir, "spec.json")
+	os.WriteFile(spec, []byte(`{"workspace":"`+ws+`"}`), 0o600)
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("agl-sandbox-exec", func(b *testing.B) {
+		for b.Loop() {
+			if out, err := exec.Command(bin, "sandbox", "exec", "--spec", spec, "--", "bash", "-c", "true").CombinedOutput(); err != nil {
+				b.Fatal(err, string(out))
+			}
+		}
+	})
+}
