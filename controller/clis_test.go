@@ -83,6 +83,9 @@ func qwen3(t *testing.T) *chat.ChatML {
 			dir = up
 			continue
 		}
+		if os.Getenv("AGL_REQUIRE_CLIS") == "1" {
+			t.Fatal("no shared/fixtures/tokenizer/qwen3 above the package")
+		}
 		t.Skip("no shared/fixtures/tokenizer/qwen3 above the package")
 	}
 }
