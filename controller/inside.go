@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -117,10 +118,7 @@ func (c *runner) insideCommand(a *attempt) (*exec.Cmd, error) {
 	if err := spec.Save(specPath); err != nil {
 		return nil, err
 	}
-	argv := append([]string(nil), c.cfg.Command...)
-	if strings.HasPrefix(argv[0], "./") || strings.HasPrefix(argv[0], "../") {
-		argv[0] = filepath.Join(c.cfg.Dir, argv[0])
-	}
+	argv := harnessArgv(c.cfg.Command, c.cfg.Dir)
 	args := append([]string{"sandbox", "exec", "--spec", specPath, "--", c.cfg.Agl, "sandbox", "forward", "--"}, argv...)
 	cmd := exec.Command(c.cfg.Agl, args...)
 	cmd.Dir, cmd.Env = a.dir, a.env
@@ -133,4 +131,27 @@ func (r *repoAttempt) closeDoor() {
 		r.door.close()
 		r.door = nil
 	}
+}
+
+// harnessArgv is the harness command as run inside the sandbox, whose cwd
+// is the workspace: a program given as ./x, and any relative argument
+// naming a file of dir (e.g. [python3, harness.py]), become absolute paths
+// under dir (bound read-only).
+func harnessArgv(command []string, dir string) []string {
+	argv := append([]string(nil), command...)
+	if dir == "" {
+		return argv
+	}
+	for i, a := range argv {
+		if a == "" || filepath.IsAbs(a) || strings.HasPrefix(a, "-") {
+			continue
+		}
+		if i == 0 && !strings.Contains(a, "/") {
+			continue // a program looked up in PATH
+		}
+		if _, err := os.Stat(filepath.Join(dir, a)); err == nil {
+			argv[i] = filepath.Join(dir, a)
+		}
+	}
+	return argv
 }

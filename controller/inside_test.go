@@ -2,6 +2,9 @@ package controller
 
 import (
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -35,6 +38,28 @@ func TestDoorAllows(t *testing.T) {
 		}
 		if got := doorAllows(prefix, u); got != c.want {
 			t.Errorf("%s: allowed %v, want %v", c.raw, got, c.want)
+		}
+	}
+}
+
+// TestHarnessArgv: relative arguments naming files of dir become absolute
+// (the harness runs in the workspace); programs in PATH, flags and other
+// words stay.
+func TestHarnessArgv(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"harness.py", "run.sh"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct{ in, want []string }{
+		{[]string{"python3", "harness.py", "codex"}, []string{"python3", filepath.Join(dir, "harness.py"), "codex"}},
+		{[]string{"./run.sh", "-v"}, []string{filepath.Join(dir, "run.sh"), "-v"}},
+		{[]string{"sh", "/abs/x.sh", "missing.py"}, []string{"sh", "/abs/x.sh", "missing.py"}},
+	}
+	for _, c := range cases {
+		if got := harnessArgv(c.in, dir); !slices.Equal(got, c.want) {
+			t.Errorf("%v: %v, want %v", c.in, got, c.want)
 		}
 	}
 }

@@ -329,7 +329,6 @@ func TestRepoHarnessInside(t *testing.T) {
 	requireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
-	script, _ := filepath.Abs("testdata/inside_harness.py")
 	cases := []struct {
 		name string
 		cmds []string
@@ -343,7 +342,7 @@ func TestRepoHarnessInside(t *testing.T) {
 		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": c.cmds, "gateway": e.srv.URL}))[0]
 	}
 	cfg := e.repoConfig(t)
-	cfg.Command = []string{"python3", script}
+	cfg.Command = []string{"python3", "inside_harness.py"} // a file of dir, resolved
 	cfg.Sandbox.Harness = controller.HarnessInside
 	cfg.Concurrency = 2
 	start(t, cfg)
