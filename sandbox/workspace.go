@@ -10,9 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 )
 
 // CheckHidden validates hidden paths (relative to the repository root, no
@@ -242,27 +240,10 @@ func writeFile(to string, r io.Reader, perm fs.FileMode) error {
 	if err := mkdirNoFollow(filepath.Dir(to)); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, perm|0o600)
+	f, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, perm|0o600)
 	if err != nil {
 		return err
 	}
 	_, err = io.Copy(f, r)
 	return errors.Join(err, f.Close())
-}
-
-// MountWorkspace makes dir a tmpfs of size bytes, so that the disk limit
-// holds for what the sandbox writes there. It returns false (and leaves
-// dir a plain directory) where mounting is not allowed; Unmount undoes it.
-func MountWorkspace(dir string, size int64) bool {
-	err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size="+strconv.FormatInt(size, 10)+",mode=0755")
-	return err == nil
-}
-
-// Unmount unmounts a MountWorkspace tmpfs (lazily, so that a process
-// still holding it cannot block the cleanup).
-func Unmount(dir string) error {
-	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("unmount %s: %w", dir, err)
-	}
-	return nil
 }
