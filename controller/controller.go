@@ -126,6 +126,14 @@ type Config struct {
 	// agent classes (default python3).
 	ALPrefix string
 	Python   string
+	// Sandbox and Tests configure repository tasks (see repo.go): tasks
+	// with a "repo" field run in a sandbox and get the test-based reward,
+	// whatever RewardSource says.
+	Sandbox SandboxConfig
+	Tests   TestsConfig
+	// Agl is the agl executable behind AGL_SANDBOX_EXEC (`agl sandbox
+	// exec`; default os.Executable()).
+	Agl string
 }
 
 // Reward sources (Config.RewardSource).
@@ -214,7 +222,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return c, nil
+	return c.repoDefaults()
 }
 
 // Stopped is the error of an attempt failed because its controller stopped.
@@ -233,7 +241,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HTTP != nil {
 		cl.HTTP = cfg.HTTP
 	}
-	c := &runner{cfg: cfg, api: cl, log: cfg.Logger}
+	c := &runner{cfg: cfg, api: cl, log: cfg.Logger, stdlib: sync.OnceValue(pythonStdlib)}
 	if err := becomeSubreaper(); err != nil {
 		c.log.Warn("controller: cannot become the child subreaper: processes a harness detaches (setsid) may outlive its attempt", "err", err)
 	}
@@ -296,6 +304,9 @@ type runner struct {
 	cfg Config
 	api *api.Client
 	log *slog.Logger
+	// stdlib is the set of module names a repository's workspace may not
+	// add at its top level (see repo.go), computed once.
+	stdlib func() map[string]bool
 }
 
 // errLost is the cancel cause of an attempt that ended elsewhere.
@@ -310,10 +321,15 @@ type attempt struct {
 	outPath string
 	errPath string
 	env     []string
-	log     *slog.Logger
+	// argv is the harness command (controller.command, or an AL agent
+	// class's worker).
+	argv []string
+	log  *slog.Logger
 	// secrets are redacted from everything stored from the attempt's
 	// output: its scoped key and the admin key.
 	secrets []string
+	// repo is set for a repository task.
+	repo *repoAttempt
 }
 
 func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
@@ -354,7 +370,12 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
 		return
 	}
-	a.env = env
+	a.env, a.argv = env, argv
+	defer c.cleanupRepo(a)
+	if err := c.prepareRepo(ctx, a); err != nil {
+		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+		return
+	}
 
 	outF, err1 := os.Create(a.outPath)
 	errF, err2 := os.Create(a.errPath)
@@ -363,8 +384,13 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
 		return
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = c.cfg.Dir, a.env, outF, errF
+	cmd, err := c.harnessCommand(a)
+	if err != nil {
+		closeAll(outF, errF)
+		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+		return
+	}
+	cmd.Stdout, cmd.Stderr = outF, errF
 	setGroup(cmd)
 	err = procs.start(cmd)
 	closeAll(outF, errF) // the child holds its own copies
@@ -382,6 +408,9 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 
 	var deadline <-chan time.Time
 	timeout := time.Duration(claim.Rollout.Config.TimeoutSeconds * float64(time.Second))
+	if a.repo != nil {
+		timeout = a.repo.timeout(timeout)
+	}
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
@@ -638,18 +667,12 @@ func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 		return fmt.Errorf("reward file: %w", err)
 	}
 	b = bytes.TrimSpace(b)
+	if a.repo != nil {
+		c.keepHarnessReward(ctx, a, b)
+		return c.testsReward(ctx, a)
+	}
 	if c.cfg.RewardSource == RewardEvaluator {
-		if len(b) > 0 {
-			// A diagnostic, never the reward.
-			text := a.redact(truncate(string(b), c.cfg.LogTailBytes))
-			d, _ := json.Marshal(struct {
-				Text  string `json:"text"`
-				Bytes int    `json:"bytes"`
-			}{text, len(b)})
-			if err := c.append(ctx, a, store.NewEvent{Type: EventHarnessReward, Data: d}); err != nil {
-				a.log.Warn("controller: record the harness's reward file", "err", err)
-			}
-		}
+		c.keepHarnessReward(ctx, a, b)
 		return c.evaluatorReward(ctx, a, code)
 	}
 	if len(b) > 0 {
@@ -674,6 +697,22 @@ func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 		}
 	}
 	return c.evaluatorReward(ctx, a, code)
+}
+
+// keepHarnessReward keeps a non-empty reward file as a diagnostic, never
+// the reward.
+func (c *runner) keepHarnessReward(ctx context.Context, a *attempt, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	text := a.redact(truncate(string(b), c.cfg.LogTailBytes))
+	d, _ := json.Marshal(struct {
+		Text  string `json:"text"`
+		Bytes int    `json:"bytes"`
+	}{text, len(b)})
+	if err := c.append(ctx, a, store.NewEvent{Type: EventHarnessReward, Data: d}); err != nil {
+		a.log.Warn("controller: record the harness's reward file", "err", err)
+	}
 }
 
 // evaluatorReward runs the evaluator and appends its reward.

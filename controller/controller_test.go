@@ -51,13 +51,19 @@ func (w *statusWriter) WriteHeader(s int) { w.status = s; w.ResponseWriter.Write
 
 func newEnv(t testing.TB, reapInterval time.Duration) *env {
 	t.Helper()
+	return newEnvLLM(t, reapInterval, nil)
+}
+
+// newEnvLLM is newEnv whose model routes answer with backend (nil: none).
+func newEnvLLM(t testing.TB, reapInterval time.Duration, backend proxy.Backend) *env {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	gw := gateway.New(gateway.Options{Store: st, AdminKey: adminKey, LLM: proxy.New(proxy.Config{}, st, nil), ReapInterval: reapInterval, Logger: quiet})
+	gw := gateway.New(gateway.Options{Store: st, AdminKey: adminKey, LLM: proxy.New(proxy.Config{}, st, backend), ReapInterval: reapInterval, Logger: quiet})
 	e := &env{st: st, completes: map[string]int{}}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/complete") {
@@ -611,6 +617,8 @@ func TestBadConfig(t *testing.T) {
 		{"bad mode", func(c *controller.Config) { c.Mode = "test" }, "mode"},
 		{"bad env", func(c *controller.Config) { c.Env = []string{"NOEQUALS"} }, "KEY=VALUE"},
 		{"wrong key", func(c *controller.Config) { c.AdminKey = "nope" }, "401"},
+		{"bad sandbox harness", func(c *controller.Config) { c.Sandbox.Harness = "beside" }, "sandbox.harness \"beside\": want outside or inside"},
+		{"relative read_only", func(c *controller.Config) { c.Sandbox.ReadOnly = []string{"opt"} }, "sandbox.read_only \"opt\""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

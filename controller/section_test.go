@@ -56,3 +56,62 @@ controller:
 		t.Error("a misspelled key was accepted")
 	}
 }
+
+// TestSectionSandbox: the sandbox and tests keys of the contract decode
+// into the controller's config (keep_workspaces relative to the file).
+func TestSectionSandbox(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agl.yaml")
+	yml := `
+controller:
+  command: [python3, harness.py]
+  sandbox:
+    harness: inside
+    timeout: 30s
+    cpu_seconds: 40
+    memory_bytes: 1073741824
+    processes: 128
+    disk_bytes: 268435456
+    output_bytes: 65536
+    read_only: [/opt/tool]
+    env: {PYTHONDONTWRITEBYTECODE: "1"}
+    keep_workspaces: kept
+    bwrap: /usr/bin/bwrap
+  tests:
+    timeout: 120s
+    partial_credit: true
+    log_tail_bytes: 1000
+`
+	if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s controller.Section
+	if err := c.Section("controller", &s); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Config(dir)
+	sb := got.Sandbox
+	if sb.Harness != controller.HarnessInside || sb.Timeout != 30*time.Second || sb.CPUSeconds != 40 || sb.MemoryBytes != 1<<30 ||
+		sb.Processes != 128 || sb.DiskBytes != 256<<20 || sb.OutputBytes != 65536 || !slices.Equal(sb.ReadOnly, []string{"/opt/tool"}) ||
+		!slices.Equal(sb.Env, []string{"PYTHONDONTWRITEBYTECODE=1"}) || sb.KeepWorkspaces != filepath.Join(dir, "kept") || sb.Bwrap != "/usr/bin/bwrap" {
+		t.Errorf("sandbox %+v", sb)
+	}
+	if got.Tests.Timeout != 120*time.Second || !got.Tests.PartialCredit || got.Tests.LogTailBytes != 1000 {
+		t.Errorf("tests %+v", got.Tests)
+	}
+	for _, bad := range []string{"controller:\n  sandbox:\n    memory: 1\n", "controller:\n  tests:\n    partial: true\n"} {
+		os.WriteFile(path, []byte(bad), 0o644)
+		c, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s controller.Section
+		if err := c.Section("controller", &s); err == nil {
+			t.Errorf("%q: a misspelled key was accepted", bad)
+		}
+	}
+}

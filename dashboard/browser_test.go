@@ -59,6 +59,9 @@ func TestBrowser(t *testing.T) {
 	bin := chromium(t)
 	start := time.Now()
 	e := newEnv(t, admin)
+	// A repository task's evaluation, as the controller appends it.
+	e.extra = map[string][]store.NewEvent{"weather-paris": {{Type: "tests", Data: json.RawMessage(
+		`{"reward":0,"resolved":false,"reason":"not passing: tests.test_calc.TestCalc.test_add failed","fail_to_pass":{"tests.test_calc.TestCalc.test_add":"failed"},"pass_to_pass":{"tests.test_calc.TestCalc.test_mul":"passed"},"exit":1,"duration_s":0.1,"log":"FAILED (failures=1)","log_bytes":19}`)}}}
 	e.weatherRollout(t, "weather-paris", 6, "Paris", 1)
 	fill(t, e)
 	for s := 1; s <= 6; s++ {
@@ -179,6 +182,9 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#conversation .toolcall`)),
 		shot("rollout.png")))
 	convText := text("#conversation")
+	if tt := text("#tests"); !strings.Contains(tt, "not resolved, reward 0") || !strings.Contains(tt, "tests.test_calc.TestCalc.test_add") || !strings.Contains(tt, "FAILED (failures=1)") {
+		t.Errorf("the tests section shows %q", tt)
+	}
 	toolCalls := count("#conversation .toolcall")
 	must("per-token view", chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("show-tokens")),

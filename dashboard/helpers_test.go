@@ -84,6 +84,9 @@ type env struct {
 	srv  *httptest.Server
 	// keys holds every scoped key handed out, to check none leaks.
 	keys []string
+	// extra holds events weatherRollout appends before it ends the attempt,
+	// by rollout id (as a controller would: a repository task's tests).
+	extra map[string][]store.NewEvent
 }
 
 func testCtx(t testing.TB) context.Context {
@@ -195,6 +198,11 @@ func (e *env) weatherRollout(t testing.TB, id string, step int, city string, rew
 	}
 	if got := acc.Choices[0].Message.Content; !strings.Contains(got, "sunny") {
 		t.Fatalf("final reply %q", got)
+	}
+	if evs := e.extra[id]; len(evs) > 0 {
+		if _, err := e.st.AppendEvents(ctx, cl.Rollout.ID, cl.Attempt.ID, evs); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.finish(t, cl, reward, store.AttemptSucceeded)
 	return cl

@@ -12,4 +12,11 @@ cd "$(dirname "$0")/.."
 if command -v npm >/dev/null 2>&1; then
 	scripts/install-clis.sh || echo "test.sh: could not install the harness CLIs; their tests skip" >&2
 fi
+# The sandbox tests (sandbox, controller: repository tasks) need Debian's
+# bubblewrap; as root with apt, install it when missing. Without it they
+# skip, unless AGL_REQUIRE_BWRAP=1 (CI) makes that a failure.
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
+		echo "test.sh: could not install bubblewrap; the sandbox tests skip" >&2
+fi
 exec scripts/with-postgres.sh go test -race -gcflags=all=-d=checkptr=0 -timeout 20m "$@" ./...

@@ -293,12 +293,30 @@ views.rollout = async function (rt, root) {
       h('tbody', {}, v.events.map(e => h('tr', {}, h('td', {}, e.seq), h('td', {}, e.type), h('td', {}, time(e.time)),
         h('td', {}, h('pre', {}, e.data)))))) : h('p', {class: 'muted'}, 'No other events.');
 
+    // A repository task's test-based evaluation (the controller's "tests" event).
+    let tests = null;
+    const te = v.events.filter(e => e.type === 'tests').pop();
+    if (te) {
+      let d = null;
+      try { d = JSON.parse(te.data); } catch (err) { d = null; }
+      if (d) {
+        const rows = [['fail_to_pass', d.fail_to_pass || {}], ['pass_to_pass', d.pass_to_pass || {}]].flatMap(([kind, m]) =>
+          Object.keys(m).sort().map(id => h('tr', {}, h('td', {}, kind), h('td', {class: 'mono'}, id), h('td', {class: m[id] === 'passed' ? '' : 'error'}, m[id]))));
+        tests = h('div', {id: 'tests'},
+          h('p', {}, (d.resolved ? 'resolved' : 'not resolved') + ', reward ' + num(d.reward) + (d.reason ? ' — ' + d.reason : '') +
+            (d.hidden_files_changed ? ' (hidden files the agent changed, restored: ' + d.hidden_files_changed.join(', ') + ')' : '')),
+          h('table', {}, h('thead', {}, h('tr', {}, ['set', 'test', 'status'].map(c => h('th', {}, c)))), h('tbody', {}, rows)),
+          h('pre', {}, d.log || ''));
+      }
+    }
+
     content.replaceChildren(
       h('h1', {}, 'Rollout ', h('span', {class: 'mono'}, r.id)),
       h('div', {class: 'card'}, kv),
       h('h2', {}, 'Attempts'), attempts,
       h('h2', {}, 'Conversation', h('span', {class: 'muted'}, v.attempt ? '  (attempt ' + v.attempt + ', ' + v.calls.length + ' model calls)' : '')),
       v.calls.length ? h('div', {id: 'conversation'}, v.calls.map(callEl)) : h('p', {class: 'muted'}, 'No model calls yet.'),
+      ...(tests ? [h('h2', {}, 'Tests'), tests] : []),
       h('h2', {}, 'Rewards, logs and other events'), events,
       h('h2', {}, 'Tokens'),
       h('button', {id: 'show-tokens', class: 'secondary', onclick: async () => { tokensShown = !tokensShown; await loadTokens(); }},

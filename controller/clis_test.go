@@ -1,0 +1,182 @@
+//go:build linux
+
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/store"
+)
+
+// scriptEngine stands in for the model: each Generate answers the next
+// scripted assistant message, rendered to ids by the real Qwen3 template
+// (so the gateway parses real Qwen3 tool-call text).
+type scriptEngine struct {
+	tmpl    *chat.ChatML
+	mu      sync.Mutex
+	replies []chat.Message
+	calls   int
+}
+
+func (e *scriptEngine) push(ms ...chat.Message) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.replies = append(e.replies, ms...)
+}
+
+func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls++
+	if len(e.replies) == 0 {
+		return engine.Result{}, errors.New("script engine: no reply scripted")
+	}
+	m := e.replies[0]
+	e.replies = e.replies[1:]
+	ids, mask, err := e.tmpl.RenderMasked(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}, m}})
+	if err != nil {
+		return engine.Result{}, err
+	}
+	var out []int32
+	for i, id := range ids {
+		if mask[i] {
+			out = append(out, id)
+		}
+	}
+	return engine.Result{IDs: out, Logprobs: make([]float32, len(out)), FinishReason: engine.FinishStop, Model: "agl-test", ModelVersion: 1}, nil
+}
+
+func (e *scriptEngine) ModelName() string { return "agl-test" }
+func (e *scriptEngine) Version() int64    { return 1 }
+func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
+
+// qwen3 loads ../shared/fixtures/tokenizer/qwen3 (above the checkout).
+func qwen3(t *testing.T) *chat.ChatML {
+	t.Helper()
+	dir, _ := filepath.Abs(".")
+	for {
+		p := filepath.Join(dir, "shared", "fixtures", "tokenizer", "qwen3")
+		if _, err := os.Stat(filepath.Join(p, "tokenizer.json")); err == nil {
+			f, err := chat.LoadDir(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ml, ok := f.(*chat.ChatML)
+			if !ok {
+				t.Fatalf("%s is %T, want ChatML", p, f)
+			}
+			return ml
+		}
+		if up := filepath.Dir(dir); up != dir {
+			dir = up
+			continue
+		}
+		if os.Getenv("AGL_REQUIRE_CLIS") == "1" {
+			t.Fatal("no shared/fixtures/tokenizer/qwen3 above the package")
+		}
+		t.Skip("no shared/fixtures/tokenizer/qwen3 above the package")
+	}
+}
+
+// cliDir is the installed CLIs' bin folder (scripts/install-clis.sh);
+// without them the test skips, except with AGL_REQUIRE_CLIS=1 or CI.
+func cliDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("AGL_CLIS_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", ".cache", "npm-clis", "node_modules", ".bin")
+	}
+	dir, _ = filepath.Abs(dir)
+	for _, n := range []string{"claude", "codex"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			msg := n + " is not installed in " + dir + ": run scripts/install-clis.sh"
+			if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("AGL_REQUIRE_CLIS") == "1" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	return dir
+}
+
+// TestCLIsInsideSandbox: the real Claude Code and Codex CLIs run as the
+// harness inside the sandbox (sandbox.harness: inside), reaching only
+// their attempt's model routes; the scripted model sends a fixing command
+// in the CLI's own shell tool (reward 1 from the hidden tests) or a wrong
+// fix (reward 0).
+func TestCLIsInsideSandbox(t *testing.T) {
+	requireBwrap(t)
+	bins := cliDir(t)
+	ml := qwen3(t)
+	eng := &scriptEngine{tmpl: ml}
+	e := newEnvLLM(t, time.Hour, proxy.NewTokenBackend(eng, ml, ml.Tokenizer(), 0))
+	repo := pyRepo(t)
+	wrong := "sed -i 's/return a - b/return a * b/' calc.py"
+	tool := func(cli, cmd string) chat.Message {
+		q, _ := json.Marshal(cmd)
+		if cli == "claude" {
+			return chat.Message{Role: chat.RoleAssistant, Content: "I'll fix calc.py.", ToolCalls: []chat.ToolCall{{Name: "Bash", Arguments: `{"command": ` + string(q) + `, "description": "Fix add"}`}}}
+		}
+		return chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{Name: "exec_command", Arguments: `{"cmd": ` + string(q) + `}`}}}
+	}
+	cases := []struct {
+		cli, name, cmd string
+		want           float64
+		line           string // in the final calc.py
+	}{
+		{"claude", "fix", fixCmd, 1, "return a + b"},
+		{"claude", "wrong fix", wrong, 0, "return a * b\n\n\ndef mul"},
+		{"codex", "fix", fixCmd, 1, "return a + b"},
+		{"codex", "wrong fix", wrong, 0, "return a * b\n\n\ndef mul"},
+	}
+	for _, c := range cases {
+		t.Run(c.cli+" "+c.name, func(t *testing.T) {
+			eng.push(tool(c.cli, c.cmd), chat.Message{Role: chat.RoleAssistant, Content: "Done: add is fixed."})
+			rid := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 240}, repoTask(t, repo, nil))[0]
+			cfg := e.repoConfig(t)
+			script, _ := filepath.Abs(filepath.Join("testdata", c.cli+"_inside.sh"))
+			cfg.Command = []string{"sh", script}
+			cfg.Sandbox.Harness = controller.HarnessInside
+			cfg.Sandbox.ReadOnly = []string{filepath.Dir(filepath.Dir(bins))} // node_modules
+			cfg.Sandbox.Limits.MemoryBytes = 4 << 30
+			cfg.Sandbox.Limits.Processes = 512
+			cfg.Sandbox.Limits.DiskBytes = 512 << 20
+			cfg.Env = []string{"AGL_CLAUDE=" + filepath.Join(bins, "claude"), "AGL_CODEX=" + filepath.Join(bins, "codex"),
+				"CLAUDE_CONFIG_DIR=/tmp/.claude", "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1", "DISABLE_ERROR_REPORTING=1",
+				"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1"}
+			stop := start(t, cfg)
+			r := e.wait(t, []string{rid}, 4*time.Minute)[0]
+			stop()
+			out := logText(t, e.events(t, rid, store.EventLog), "stdout")
+			errs := logText(t, e.events(t, rid, store.EventLog), "stderr")
+			if r.Status != store.RolloutSucceeded {
+				t.Fatalf("rollout %s: %s\nstdout:\n%s\nstderr:\n%s", r.Status, r.Error, out, errs)
+			}
+			if r.Reward == nil || *r.Reward != c.want {
+				var te testsEvent
+				e.one(t, rid, controller.EventTests, &te)
+				t.Errorf("reward %s, want %g (tests: %s)\nstdout:\n%s\nstderr:\n%s", fmtPtr(r.Reward), c.want, te.Reason, out, errs)
+			}
+			// The CLI ran the model's command in the workspace.
+			calc, err := os.ReadFile(filepath.Join(cfg.Sandbox.KeepWorkspaces, rid+"-"+r.Attempts[0].ID, "calc.py"))
+			if err != nil || !strings.Contains(string(calc), c.line) {
+				t.Errorf("final calc.py lacks %q (%v):\n%s", c.line, err, calc)
+			}
+			if n := len(e.events(t, rid, store.EventModelRequest)); n != 2 {
+				t.Errorf("%d model_request events, want 2 (the tool call, the answer)", n)
+			}
+		})
+	}
+}
