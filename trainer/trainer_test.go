@@ -48,6 +48,11 @@ func TestConfigValidate(t *testing.T) {
 		{"bad agent", Config{TrainAgents: []string{"a b"}}, "train_agents"},
 		{"unknown length rule", Config{LengthRule: "cut"}, `"cut"`},
 		{"negative length", Config{MaxResponseLen: -5}, "negative"},
+		{"ppo options", Config{PPOEpochs: 4, KLCoef: 0.05, KLK1: true, DualClip: 3}, ""},
+		{"negative kl", Config{KLCoef: -0.1}, "kl_coef"},
+		{"kl_k1 without kl", Config{KLK1: true}, "kl_k1 needs kl_coef"},
+		{"dual clip ≤ 1", Config{DualClip: 0.5}, "dual_clip"},
+		{"too many epochs", Config{PPOEpochs: 1000}, "ppo_epochs"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -595,4 +600,31 @@ func readMetricsIfAny(dir string) []string {
 		}
 	}
 	return train
+}
+
+// TestCheckPolicies: the loop refuses policies it cannot train.
+func TestCheckPolicies(t *testing.T) {
+	p := &fakePolicy{}
+	tests := []struct {
+		name string
+		ps   []TrainedPolicy
+		err  string
+	}{
+		{"one unnamed", []TrainedPolicy{{Name: "agl", Policy: p}}, ""},
+		{"two named", []TrainedPolicy{{Name: "w", Agents: []string{"writer"}, Named: true, Policy: p}, {Name: "r", Agents: []string{"rewriter", ""}, Named: true, Policy: p}}, ""},
+		{"none", nil, "no policy"},
+		{"no implementation", []TrainedPolicy{{Name: "agl"}}, "no implementation"},
+		{"unnamed beside named", []TrainedPolicy{{Name: "agl", Policy: p}, {Name: "w", Agents: []string{"writer"}, Named: true, Policy: p}}, "unnamed"},
+		{"named without agents", []TrainedPolicy{{Name: "w", Named: true, Policy: p}}, "lists no agents"},
+		{"same name", []TrainedPolicy{{Name: "w", Agents: []string{"a"}, Named: true, Policy: p}, {Name: "w", Agents: []string{"b"}, Named: true, Policy: p}}, `two policies named "w"`},
+		{"shared agent", []TrainedPolicy{{Name: "w", Agents: []string{"a"}, Named: true, Policy: p}, {Name: "r", Agents: []string{"a"}, Named: true, Policy: p}}, `agent "a" is in policies`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkPolicies(tc.ps)
+			if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("checkPolicies: %v, want %q", err, tc.err)
+			}
+		})
+	}
 }
