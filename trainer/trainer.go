@@ -108,6 +108,10 @@ type Config struct {
 	// (samples.Credit has the formulas).
 	Credit string  `yaml:"credit"`
 	Gamma  float64 `yaml:"gamma"`
+	// IntermediateRewards shapes per-call rewards from tool-call outcomes
+	// (tool_error, malformed_tool_call weights; samples.ShapingConfig has
+	// how they combine with each credit mode).
+	IntermediateRewards samples.ShapingConfig `yaml:"intermediate_rewards"`
 	// TrainAgents, when set, lists the agents whose calls train (""
 	// the default agent); the others' calls are recorded, not trained.
 	TrainAgents []string `yaml:"train_agents"`
@@ -193,6 +197,7 @@ func (c Config) samplesConfig() samples.Config {
 			MaxSeqLen: c.MaxSeqLen, Rule: samples.LengthRule(c.LengthRule)},
 		Advantage:   samples.AdvantageConfig{Estimator: samples.Estimator(c.Estimator), DropZeroVariance: true},
 		Credit:      samples.CreditConfig{Mode: samples.Credit(c.Credit), Gamma: c.Gamma},
+		Shaping:     c.IntermediateRewards,
 		Aggregation: samples.Aggregation(c.Aggregation),
 		TrainAgents: c.TrainAgents,
 	}
