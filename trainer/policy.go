@@ -134,6 +134,7 @@ func (l *Loop) stepPolicy(ctx context.Context, s int, p TrainedPolicy, done []st
 	}
 	m.StalenessMax = max(m.StalenessMax, st.StalenessMax)
 	m.StaleGroups, m.StaleSamples = m.StaleGroups+st.StaleGroups, m.StaleSamples+st.StaleSamples
+	recordAdvantages(m, res.Samples)
 	if len(res.Samples) == 0 {
 		if p.Named {
 			l.policyMetrics(m, p, PolicyMetrics{Version: version})
@@ -183,4 +184,35 @@ func (l *Loop) policyMetrics(m *StepMetrics, p TrainedPolicy, pm PolicyMetrics) 
 // its first update).
 func PolicyVersion(state State, name string) int64 {
 	return state.version(TrainedPolicy{Name: name, Named: true})
+}
+
+// recordAdvantages adds the advantage of each call of ss with a trained
+// token to m.Advantages.
+func recordAdvantages(m *StepMetrics, ss []samples.Sample) {
+	for i := range ss {
+		s := &ss[i]
+		for k, id := range s.CallIDs {
+			if k >= len(s.CallSpans) {
+				break
+			}
+			sp, trained := s.CallSpans[k], false
+			for j := sp[0]; j < sp[1] && j < len(s.LossMask); j++ {
+				trained = trained || s.LossMask[j] != 0
+			}
+			if !trained {
+				continue
+			}
+			a := s.Advantage
+			if len(s.CallAdvantages) == len(s.CallIDs) {
+				a = s.CallAdvantages[k]
+			}
+			if m.Advantages == nil {
+				m.Advantages = map[string]map[string]float64{}
+			}
+			if m.Advantages[s.RolloutID] == nil {
+				m.Advantages[s.RolloutID] = map[string]float64{}
+			}
+			m.Advantages[s.RolloutID][id] = a
+		}
+	}
 }

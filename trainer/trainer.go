@@ -327,6 +327,9 @@ type StepMetrics struct {
 	// Policies has each named policy's part of the step (several
 	// trained policies): its version after the step and its update.
 	Policies map[string]PolicyMetrics `json:"policies,omitempty"`
+	// Advantages holds the advantage each trained call got, by rollout
+	// id and call id (the dashboard's per-token view shows them).
+	Advantages map[string]map[string]float64 `json:"advantages,omitempty"`
 }
 
 // PolicyMetrics is one named policy's part of a step.

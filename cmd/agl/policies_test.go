@@ -247,6 +247,7 @@ trainer:
 	}
 	var fixed *api.ModelCall
 	fixedCalls := 0
+	agentOf := map[string]string{} // rollout/call id → agent
 	for _, r := range rs {
 		evs, err := st.ListEvents(ctx, store.EventFilter{RolloutID: r.ID, Types: []string{store.EventModelRequest}})
 		if err != nil {
@@ -257,6 +258,7 @@ trainer:
 			if err := json.Unmarshal(e.Data, &mc); err != nil {
 				t.Fatal(err)
 			}
+			agentOf[r.ID+"/"+mc.CallID] = mc.Agent
 			if mc.Model != mc.Agent {
 				t.Errorf("%s: agent %s's call answered by %s", r.ID, mc.Agent, mc.Model)
 			}
@@ -280,6 +282,22 @@ trainer:
 				t.Errorf("%s: the frozen checker answered its fixed prompt %v %v, earlier %v %v", r.ID,
 					mc.ResponseIDs, mc.ResponseLogprobs, fixed.ResponseIDs, fixed.ResponseLogprobs)
 			}
+		}
+	}
+	// Each step recorded the advantage of every trained call: the writer's
+	// and the rewriter's, never the checker's.
+	for _, m := range steps {
+		n := 0
+		for rid, calls := range m.Advantages {
+			for cid := range calls {
+				if a := agentOf[rid+"/"+cid]; a != "writer" && a != "rewriter" {
+					t.Errorf("step %d: advantage recorded for %s/%s of agent %q", m.Step, rid, cid, a)
+				}
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("step %d recorded no advantages", m.Step)
 		}
 	}
 	if fixedCalls < 2*8+3 {
