@@ -1,0 +1,157 @@
+"""Text-to-SQL tasks for agl's multi-agent example: a small SQLite shop
+database (customers, products, orders; seeded rows), questions from five
+templates with their gold queries, and SFT demonstrations for the three
+agents of harness.py (writer, checker, rewriter), with exactly the prompts
+harness.py sends.
+
+Seeded and deterministic. Each template's slot values (a city, a
+category, a customer, a product, a price) are split once: about a third
+only ever appear in validation questions, the rest in training questions
+and demonstrations, so held-out questions ask about values no training
+question or demonstration names.
+
+The demonstrations are a habit to improve on, as a base model would have
+one: the writer often uses the singular table name ("customer" for
+"customers") or skips the join a question needs; the rewriter, shown the
+failing query and its error, fixes it only part of the time; the checker
+(kept frozen in training) says WRONG on an error or an empty result, else
+OK.
+
+usage: python3 make_data.py OUTDIR [--sft N] [--writer-ok F] [--rewriter-ok F]
+writes OUTDIR/shop.db, train.jsonl, val.jsonl, sft.jsonl
+"""
+import argparse, json, os, random, sqlite3
+
+SCHEMA = "customers(id, name, city); products(id, name, category, price); orders(id, customer_id, product_id, qty)"
+WRITER = "Write one SQLite query. Tables: " + SCHEMA
+CHECKER = "Check the query and its result. Reply OK or WRONG."
+REWRITER = "Fix the SQLite query. Tables: " + SCHEMA
+
+CITIES = ["Oslo", "Lima", "Pune", "Kyiv", "Doha", "Nice", "Bern", "Riga", "Baku"]
+CATEGORIES = ["tools", "toys", "books", "games", "food", "music"]
+FIRST = ["Ana", "Bo", "Cy", "Dee", "Eli", "Fay", "Gus", "Hal", "Ivy", "Jo", "Kai", "Lou", "Mo", "Ned", "Oli",
+         "Pia", "Quin", "Rae", "Sam", "Tia", "Uma", "Vic", "Wes", "Xia", "Yan", "Zoe", "Abe", "Bea", "Cal", "Dot"]
+PRODUCTS = ["hammer", "kite", "atlas", "chess", "honey", "drum", "saw", "yoyo", "novel", "dice", "jam", "flute",
+            "drill", "robot", "poem", "cards", "tea", "harp", "wrench", "puzzle", "comic", "domino", "rice", "bell"]
+PRICES = [5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60]
+
+
+def build_db(path):
+    if os.path.exists(path):
+        os.remove(path)
+    r = random.Random(1)
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+        CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, category TEXT, price INTEGER);
+        CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER, product_id INTEGER, qty INTEGER);""")
+    for i, n in enumerate(FIRST, 1):
+        db.execute("INSERT INTO customers VALUES (?, ?, ?)", (i, n, CITIES[r.randrange(len(CITIES))]))
+    for i, p in enumerate(PRODUCTS, 1):
+        db.execute("INSERT INTO products VALUES (?, ?, ?, ?)", (i, p, CATEGORIES[i % len(CATEGORIES)], r.randint(3, 64)))
+    # Every customer and every product has orders (no empty answers).
+    for i in range(1, 121):
+        c = i if i <= len(FIRST) else r.randint(1, len(FIRST))
+        p = (i - 1) % len(PRODUCTS) + 1 if i <= 2 * len(PRODUCTS) else r.randint(1, len(PRODUCTS))
+        db.execute("INSERT INTO orders VALUES (?, ?, ?, ?)", (i, c, p, r.randint(1, 5)))
+    db.commit()
+    db.close()
+
+
+# Templates: (name, slot values, question, gold SQL, the writer's habitual mistake).
+TEMPLATES = [
+    ("city", CITIES, "How many customers live in {v}?",
+     "SELECT COUNT(*) FROM customers WHERE city = '{v}'",
+     "SELECT COUNT(*) FROM customer WHERE city = '{v}'"),
+    ("category", CATEGORIES, "List the products in the {v} category.",
+     "SELECT name FROM products WHERE category = '{v}'",
+     "SELECT name FROM product WHERE category = '{v}'"),
+    ("customer", FIRST, "How many items did {v} order?",
+     "SELECT SUM(qty) FROM orders JOIN customers ON orders.customer_id = customers.id WHERE customers.name = '{v}'",
+     "SELECT SUM(qty) FROM orders WHERE name = '{v}'"),
+    ("product", PRODUCTS, "How many orders are for {v}?",
+     "SELECT COUNT(*) FROM orders JOIN products ON orders.product_id = products.id WHERE products.name = '{v}'",
+     "SELECT COUNT(*) FROM orders WHERE product = '{v}'"),
+    ("price", PRICES, "Which products cost more than {v}?",
+     "SELECT name FROM products WHERE price > {v}",
+     "SELECT name FROM product WHERE price > {v}"),
+]
+
+
+def split_values():
+    """(template index, value) pairs of train and of val: disjoint."""
+    r = random.Random(2)
+    train, val = [], []
+    for ti, (_, values, *_rest) in enumerate(TEMPLATES):
+        vs = list(values)
+        r.shuffle(vs)
+        k = max(1, len(vs) // 3)
+        val += [(ti, v) for v in vs[:k]]
+        train += [(ti, v) for v in vs[k:]]
+    return train, val
+
+
+def task(ti, v):
+    name, _, q, gold, _ = TEMPLATES[ti]
+    return {"id": f"{name}-{v}", "question": q.format(v=v), "gold": gold.format(v=v)}
+
+
+def run(db, sql):
+    """The result text the harness shows the checker and the rewriter."""
+    try:
+        rows = db.execute(sql).fetchall()
+    except sqlite3.Error as e:
+        return "error: " + str(e)[:60]
+    return json.dumps(rows)[:80]
+
+
+def checker_user(q, sql, res):
+    return f"Question: {q}\nQuery: {sql}\nResult: {res}"
+
+
+def demos(db, pairs, n, writer_ok, rewriter_ok):
+    r = random.Random(3)
+    for _ in range(n):
+        ti, v = pairs[r.randrange(len(pairs))]
+        t = task(ti, v)
+        bad = TEMPLATES[ti][4].format(v=v)
+        wrote = t["gold"] if r.random() < writer_ok else bad
+        yield {"messages": [{"role": "system", "content": WRITER}, {"role": "user", "content": t["question"]},
+                            {"role": "assistant", "content": wrote}]}
+        res = run(db, wrote)
+        verdict = "WRONG" if res.startswith("error") or res == "[]" or res == "[[null]]" else "OK"
+        yield {"messages": [{"role": "system", "content": CHECKER}, {"role": "user", "content": checker_user(t["question"], wrote, res)},
+                            {"role": "assistant", "content": verdict}]}
+        bres = run(db, bad)
+        fixed = t["gold"] if r.random() < rewriter_ok else bad
+        yield {"messages": [{"role": "system", "content": REWRITER}, {"role": "user", "content": checker_user(t["question"], bad, bres)},
+                            {"role": "assistant", "content": fixed}]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--sft", type=int, default=1500, help="demonstration rounds (one per agent each)")
+    ap.add_argument("--writer-ok", type=float, default=0.4, help="share of writer demonstrations with the gold query")
+    ap.add_argument("--rewriter-ok", type=float, default=0.4, help="share of rewriter demonstrations that fix the query")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    dbpath = os.path.join(a.out, "shop.db")
+    build_db(dbpath)
+    db = sqlite3.connect(dbpath)
+    train, val = split_values()
+
+    def write(name, rows):
+        with open(os.path.join(a.out, name), "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+
+    r = random.Random(4)
+    r.shuffle(train)
+    write("train.jsonl", (task(*p) for p in train))
+    write("val.jsonl", (task(*p) for p in val))
+    write("sft.jsonl", demos(db, train, a.sft, a.writer_ok, a.rewriter_ok))
+
+
+if __name__ == "__main__":
+    main()
