@@ -4,11 +4,11 @@ templates with their gold queries, and SFT demonstrations for the three
 agents of harness.py (writer, checker, rewriter), with exactly the prompts
 harness.py sends.
 
-Seeded and deterministic. Each template's slot values (a city, a
-category, a customer, a product, a price) are split once: about a third
-only ever appear in validation questions, the rest in training questions
-and demonstrations, so held-out questions ask about values no training
-question or demonstration names.
+Seeded and deterministic. Templates come in pairs that ask about the same
+kind of value (a city, a category, a customer, a product); for each value
+one of its two questions, picked at random, is held out: validation
+questions are questions no training task or demonstration asks, about
+values the training data names in the other template.
 
 The demonstrations are a habit to improve on, as a base model would have
 one: the writer often uses the singular table name ("customer" for
@@ -22,10 +22,14 @@ writes OUTDIR/shop.db, train.jsonl, val.jsonl, sft.jsonl
 """
 import argparse, json, os, random, sqlite3
 
-SCHEMA = "customers(id, name, city); products(id, name, category, price); orders(id, customer_id, product_id, qty)"
-WRITER = "Write one SQLite query. Tables: " + SCHEMA
-CHECKER = "Check the query and its result. Reply OK or WRONG."
-REWRITER = "Fix the SQLite query. Tables: " + SCHEMA
+# The schema is customers(id, name, city), products(id, name, category,
+# price), orders(id, customer_id, product_id, qty). The prompts leave it
+# out: the example's model is trained from scratch on this one database
+# (short prompts train fast on a laptop); with a pretrained model, put the
+# schema in WRITER and REWRITER.
+WRITER = "Write the SQLite query."
+CHECKER = "Reply OK or WRONG."
+REWRITER = "Fix the SQLite query."
 
 CITIES = ["Oslo", "Lima", "Pune", "Kyiv", "Doha", "Nice", "Bern", "Riga", "Baku"]
 CATEGORIES = ["tools", "toys", "books", "games", "food", "music"]
@@ -33,7 +37,6 @@ FIRST = ["Ana", "Bo", "Cy", "Dee", "Eli", "Fay", "Gus", "Hal", "Ivy", "Jo", "Kai
          "Pia", "Quin", "Rae", "Sam", "Tia", "Uma", "Vic", "Wes", "Xia", "Yan", "Zoe", "Abe", "Bea", "Cal", "Dot"]
 PRODUCTS = ["hammer", "kite", "atlas", "chess", "honey", "drum", "saw", "yoyo", "novel", "dice", "jam", "flute",
             "drill", "robot", "poem", "cards", "tea", "harp", "wrench", "puzzle", "comic", "domino", "rice", "bell"]
-PRICES = [5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60]
 
 
 def build_db(path):
@@ -58,36 +61,46 @@ def build_db(path):
     db.close()
 
 
-# Templates: (name, slot values, question, gold SQL, the writer's habitual mistake).
+# Templates: (name, slot values, question, gold SQL, the writer's habitual
+# mistake). Templates 2k and 2k+1 share their slot values.
 TEMPLATES = [
-    ("city", CITIES, "How many customers live in {v}?",
+    ("city-count", CITIES, "How many customers live in {v}?",
      "SELECT COUNT(*) FROM customers WHERE city = '{v}'",
      "SELECT COUNT(*) FROM customer WHERE city = '{v}'"),
-    ("category", CATEGORIES, "List the products in the {v} category.",
+    ("city-names", CITIES, "Who lives in {v}?",
+     "SELECT name FROM customers WHERE city = '{v}'",
+     "SELECT name FROM customer WHERE city = '{v}'"),
+    ("category-names", CATEGORIES, "List the {v} products.",
      "SELECT name FROM products WHERE category = '{v}'",
      "SELECT name FROM product WHERE category = '{v}'"),
-    ("customer", FIRST, "How many items did {v} order?",
-     "SELECT SUM(qty) FROM orders JOIN customers ON orders.customer_id = customers.id WHERE customers.name = '{v}'",
+    ("category-count", CATEGORIES, "How many {v} products are there?",
+     "SELECT COUNT(*) FROM products WHERE category = '{v}'",
+     "SELECT COUNT(*) FROM product WHERE category = '{v}'"),
+    ("customer-items", FIRST, "How many items did {v} order?",
+     "SELECT SUM(qty) FROM orders JOIN customers ON customer_id = customers.id WHERE name = '{v}'",
      "SELECT SUM(qty) FROM orders WHERE name = '{v}'"),
-    ("product", PRODUCTS, "How many orders are for {v}?",
-     "SELECT COUNT(*) FROM orders JOIN products ON orders.product_id = products.id WHERE products.name = '{v}'",
-     "SELECT COUNT(*) FROM orders WHERE product = '{v}'"),
-    ("price", PRICES, "Which products cost more than {v}?",
-     "SELECT name FROM products WHERE price > {v}",
-     "SELECT name FROM product WHERE price > {v}"),
+    ("customer-city", FIRST, "Where does {v} live?",
+     "SELECT city FROM customers WHERE name = '{v}'",
+     "SELECT city FROM customer WHERE name = '{v}'"),
+    ("product-orders", PRODUCTS, "How many orders are for {v}?",
+     "SELECT COUNT(*) FROM orders JOIN products ON product_id = products.id WHERE name = '{v}'",
+     "SELECT COUNT(*) FROM orders WHERE name = '{v}'"),
+    ("product-price", PRODUCTS, "What does {v} cost?",
+     "SELECT price FROM products WHERE name = '{v}'",
+     "SELECT price FROM product WHERE name = '{v}'"),
 ]
 
 
 def split_values():
-    """(template index, value) pairs of train and of val: disjoint."""
+    """(template index, value) pairs of train and of val: disjoint; each
+    value is asked about in both, by different templates."""
     r = random.Random(2)
     train, val = [], []
-    for ti, (_, values, *_rest) in enumerate(TEMPLATES):
-        vs = list(values)
-        r.shuffle(vs)
-        k = max(1, len(vs) // 3)
-        val += [(ti, v) for v in vs[:k]]
-        train += [(ti, v) for v in vs[k:]]
+    for ti in range(0, len(TEMPLATES), 2):
+        for v in TEMPLATES[ti][1]:
+            held = ti + r.randrange(2)
+            val.append((held, v))
+            train.append((2 * ti + 1 - held, v))
     return train, val
 
 
@@ -149,6 +162,7 @@ def main():
     r = random.Random(4)
     r.shuffle(train)
     write("train.jsonl", (task(*p) for p in train))
+    r.shuffle(val)
     write("val.jsonl", (task(*p) for p in val))
     write("sft.jsonl", demos(db, train, a.sft, a.writer_ok, a.rewriter_ok))
 

@@ -14,9 +14,11 @@ mkdir -p work
 go build -o work/agl ../../cmd/agl
 python3 make_data.py work
 if [ ! -f work/model/model.safetensors ]; then
-	work/agl model init --preset ${PRESET:-1m} --bpe-data work/sft.jsonl --out work/init
+	# model.json: a 117k-parameter Qwen3-style model (PRESET=1m for a bigger one).
+	if [ -n "${PRESET:-}" ]; then size="--preset $PRESET"; else size="--config model.json"; fi
+	work/agl model init $size --bpe-data work/sft.jsonl --out work/init
 	work/agl sft --model work/init --data work/sft.jsonl --out work/model \
-		--steps ${SFT_STEPS:-600} --batch-size 16 --lr 0.003 --warmup 20
+		--steps ${SFT_STEPS:-300} --batch-size 16 --lr 0.005 --warmup 20
 fi
 cfg=agl.yaml
 if [ -n "${CREDIT:-}" ]; then
