@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +44,8 @@ func TestMain(m *testing.M) {
 
 // agentsHarness is a three-agent harness on the real openai-go SDK: the
 // writer names itself by a per-agent base URL, the checker by the
-// X-Agl-Agent header, the rewriter by its model name (proxy.agents). The
+// X-Agl-Agent header, the rewriter by its model name (proxy.agents), a
+// judge (served by an upstream) by its base URL too. The
 // checker first answers a fixed prompt greedily (the same call in every
 // rollout: its answer shows whether its weights moved). The writer's call
 // gets a per-call reward; the outcome goes to the reward file.
@@ -56,6 +59,7 @@ func agentsHarness(ctx context.Context) error {
 	writer := openai.NewClient(append(opts, option.WithBaseURL(strings.TrimSuffix(base, "/v1")+"/agents/writer/v1"))...)
 	checker := openai.NewClient(append(opts, option.WithBaseURL(base), option.WithHeader("X-Agl-Agent", "checker"))...)
 	rewriter := openai.NewClient(append(opts, option.WithBaseURL(base))...)
+	judge := openai.NewClient(append(opts, option.WithBaseURL(strings.TrimSuffix(base, "/v1")+"/agents/judge/v1"))...)
 	ask := func(c openai.Client, model, content string, greedy bool) (*openai.ChatCompletion, error) {
 		p := openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(4),
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}}
@@ -80,6 +84,9 @@ func agentsHarness(ctx context.Context) error {
 		return fmt.Errorf("rewriter: %w", err)
 	}
 	final := r.Choices[0].Message.Content
+	if _, err := ask(judge, "agl", "judge "+final, false); err != nil {
+		return fmt.Errorf("judge: %w", err)
+	}
 	callReward := 0.0
 	if strings.Contains(draft, task.Letter) {
 		callReward = 0.5
@@ -121,7 +128,8 @@ func fileHash(t *testing.T, path string) [32]byte {
 // TestTrainPolicies runs `agl train` with three policies over the
 // openai-go harness above: writer and rewriter trained (each its own
 // weights, optimizer, versions, checkpoint), checker frozen on the same
-// model dir. Each step trains the writer's and the rewriter's tokens only,
+// model dir, a judge on an upstream (a loopback vLLM-format server). Each
+// step trains the writer's and the rewriter's tokens only,
 // each on its own policy; every call's event names the policy and version
 // that answered it; the frozen checker answers its fixed greedy prompt
 // identically from the first rollout to the last validation and its
@@ -138,12 +146,19 @@ func TestTrainPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, vllmAnswer)
+	}))
+	defer up.Close()
 	cfgPath := trainDir(t, ctx, dir, "testdata/agents_harness.py", 6, func(string) string {
 		return fmt.Sprintf(`data_dir: run
 policies:
   writer: {kind: trained, model_dir: model, agents: [writer]}
   rewriter: {kind: trained, model_dir: model, agents: [rewriter]}
   checker: {kind: frozen, model_dir: model, agents: [checker]}
+  judge: {kind: upstream, agents: [judge], upstream: {models: [{name: m, endpoints: [%q]}]}}
 proxy:
   agents: {rewriter-model: rewriter}
 controller:
@@ -159,7 +174,7 @@ trainer:
   lr: 0.01
   credit: per_call
   rollout: {timeout_seconds: 120, max_attempts: 2}
-`, self, harnessEnv)
+`, up.URL+"/v1", self, harnessEnv)
 	})
 	modelFile := filepath.Join(dir, "model", "model.safetensors")
 	before := fileHash(t, modelFile)
@@ -220,7 +235,7 @@ trainer:
 	}
 	for _, m := range steps {
 		by := m.TrainedByAgent
-		if by["checker"] != 0 || by["writer"]+by["rewriter"] != m.TrainedTokens || m.TrainedTokens == 0 {
+		if by["checker"] != 0 || by["judge"] != 0 || by["writer"]+by["rewriter"] != m.TrainedTokens || m.TrainedTokens == 0 {
 			t.Errorf("step %d: trained %d tokens, by agent %v", m.Step, m.TrainedTokens, by)
 		}
 		for _, p := range []string{"writer", "rewriter"} {
@@ -246,7 +261,7 @@ trainer:
 		t.Fatal(err)
 	}
 	var fixed *api.ModelCall
-	fixedCalls := 0
+	fixedCalls, judgeCalls := 0, 0
 	agentOf := map[string]string{} // rollout/call id → agent
 	for _, r := range rs {
 		evs, err := st.ListEvents(ctx, store.EventFilter{RolloutID: r.ID, Types: []string{store.EventModelRequest}})
@@ -259,15 +274,21 @@ trainer:
 				t.Fatal(err)
 			}
 			agentOf[r.ID+"/"+mc.CallID] = mc.Agent
-			if mc.Model != mc.Agent {
+			if want := map[string]string{"judge": "m"}[mc.Agent]; mc.Model != mc.Agent && mc.Model != want {
 				t.Errorf("%s: agent %s's call answered by %s", r.ID, mc.Agent, mc.Model)
 			}
 			var step struct{ Step int }
 			json.Unmarshal(r.Metadata, &step)
+			if mc.Agent == "judge" {
+				judgeCalls++
+			}
+			if mc.Agent == "judge" && (len(mc.ResponseIDs) != 1 || mc.ResponseIDs[0] != 7) {
+				t.Errorf("%s: the judge's call did not reach the upstream: %+v", r.ID, mc.ResponseIDs)
+			}
 			if mc.Agent == "checker" && mc.ModelVersion != 1 {
 				t.Errorf("%s: the frozen checker answered as v%d", r.ID, mc.ModelVersion)
 			}
-			if mc.Agent != "checker" && r.Mode == store.ModeTrain && mc.ModelVersion != int64(step.Step) {
+			if (mc.Agent == "writer" || mc.Agent == "rewriter") && r.Mode == store.ModeTrain && mc.ModelVersion != int64(step.Step) {
 				t.Errorf("%s (step %d): %s answered as v%d", r.ID, step.Step, mc.Agent, mc.ModelVersion)
 			}
 			if mc.Agent != "checker" || !bytes.Contains(e.Data, []byte("check a fixed query")) {
@@ -299,6 +320,9 @@ trainer:
 		if n == 0 {
 			t.Errorf("step %d recorded no advantages", m.Step)
 		}
+	}
+	if judgeCalls != fixedCalls {
+		t.Errorf("%d judge calls, %d rollouts", judgeCalls, fixedCalls)
 	}
 	if fixedCalls < 2*8+3 {
 		t.Errorf("%d fixed checker calls, want one per rollout", fixedCalls)
