@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -45,6 +47,10 @@ type CallSpan struct {
 	PromptStart   int    `json:"prompt_start"`
 	ResponseStart int    `json:"response_start"`
 	ResponseEnd   int    `json:"response_end"`
+	// Advantage is the advantage the trainer gave the call's response
+	// tokens, as its step recorded it (absent: not trained, or the step
+	// is not recorded yet).
+	Advantage *float64 `json:"advantage,omitempty"`
 }
 
 func (d *Dashboard) tokens(w http.ResponseWriter, r *http.Request) error {
@@ -63,9 +69,49 @@ func (d *Dashboard) tokens(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		v.Samples, v.Excluded = TokenSamples(ro, aid, evs, d.opt.Tokenizer)
+		adv, err := d.advantages(r.Context(), ro)
+		if err != nil {
+			return err
+		}
+		for i := range v.Samples {
+			for k := range v.Samples[i].Calls {
+				c := &v.Samples[i].Calls[k]
+				if a, ok := adv[c.CallID]; ok {
+					c.Advantage = &a
+				}
+			}
+		}
 	}
 	api.WriteJSON(w, http.StatusOK, v)
 	return nil
+}
+
+// advantages returns the advantages by call id that the train step of
+// rollout ro (its metadata's step) recorded for it; none for a rollout
+// that no step trained.
+func (d *Dashboard) advantages(ctx context.Context, ro store.Rollout) (map[string]float64, error) {
+	var meta struct {
+		Step *int64 `json:"step"`
+	}
+	if ro.Mode != store.ModeTrain || json.Unmarshal(ro.Metadata, &meta) != nil || meta.Step == nil {
+		return nil, nil
+	}
+	steps, err := d.opt.Store.ListTrainSteps(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range steps {
+		if s.Mode != store.ModeTrain || s.Step != *meta.Step {
+			continue
+		}
+		var m struct {
+			Advantages map[string]map[string]float64 `json:"advantages"`
+		}
+		if json.Unmarshal(s.Metrics, &m) == nil && m.Advantages[ro.ID] != nil {
+			return m.Advantages[ro.ID], nil
+		}
+	}
+	return nil, nil
 }
 
 // TokenSamples builds the per-token view of one attempt's model_request

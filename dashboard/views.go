@@ -280,7 +280,7 @@ func (d *Dashboard) train(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, s := range all {
 		if s.Run == v.Run {
-			v.Steps = append(v.Steps, s)
+			v.Steps = append(v.Steps, withoutAdvantages(s))
 		}
 	}
 	if v.Models, err = d.opt.Store.ListModels(r.Context(), ""); err != nil {
@@ -288,4 +288,21 @@ func (d *Dashboard) train(w http.ResponseWriter, r *http.Request) error {
 	}
 	api.WriteJSON(w, http.StatusOK, v)
 	return nil
+}
+
+// withoutAdvantages drops a step's per-call advantages (the per-token view
+// shows them) from what the charts get.
+func withoutAdvantages(s store.TrainStep) store.TrainStep {
+	if !bytes.Contains(s.Metrics, []byte(`"advantages"`)) {
+		return s
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(s.Metrics, &m) != nil {
+		return s
+	}
+	delete(m, "advantages")
+	if b, err := json.Marshal(m); err == nil {
+		s.Metrics = b
+	}
+	return s
 }

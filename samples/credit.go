@@ -91,6 +91,12 @@ func (c Config) ValidateNames() error {
 	if err := c.Credit.Validate(); err != nil {
 		return err
 	}
+	if err := c.Shaping.Validate(); err != nil {
+		return err
+	}
+	if c.Shaping.Enabled() && (c.Credit.Mode == "" || c.Credit.Mode == CreditBroadcast) && !c.Reward.AddCallRewards {
+		return fmt.Errorf("samples: intermediate_rewards are per-call rewards: broadcast credit ignores them; use credit per_call, discounted or last_call")
+	}
 	if c.Reward.AddCallRewards && c.Credit.Mode != "" && c.Credit.Mode != CreditBroadcast {
 		return fmt.Errorf("samples: add_call_rewards sums per-call rewards into the outcome (broadcast credit); credit %q adds them per call already", c.Credit.Mode)
 	}

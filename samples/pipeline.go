@@ -15,6 +15,9 @@ type Config struct {
 	Advantage AdvantageConfig
 	// Credit shares each rollout's outcome among its calls (see Credit).
 	Credit CreditConfig
+	// Shaping adds intermediate rewards from tool-call outcomes (see
+	// ShapingConfig); zero weights: none.
+	Shaping ShapingConfig
 	// Aggregation sets the per-token weights; "" leaves Weights nil.
 	Aggregation Aggregation
 	// TrainAgents, when not empty, lists the agents whose calls train
@@ -66,6 +69,9 @@ type Stats struct {
 	Duplicates int `json:"duplicate_calls,omitempty"`
 	// TrainedByAgent splits TrainedTokens by agent when any call named one.
 	TrainedByAgent map[string]int `json:"trained_tokens_by_agent,omitempty"`
+	// ToolErrors and MalformedToolCalls count what shaping rewarded.
+	ToolErrors         int `json:"tool_errors,omitempty"`
+	MalformedToolCalls int `json:"malformed_tool_calls,omitempty"`
 	// StalenessMean and StalenessMax describe the samples returned
 	// (Sample.Staleness). StaleGroups, StaleRollouts and StaleSamples count
 	// what exceeded StalenessConfig.Max: dropped, unless Keep.
@@ -133,6 +139,12 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 			ss = kept
 		}
 		rw := ResolveReward(cfg.Reward, evs, att)
+		if cfg.Shaping.Enabled() {
+			sh := Shape(cfg.Shaping, evs, att)
+			addShaping(cfg.Reward, &rw, sh)
+			res.Stats.ToolErrors += sh.ToolErrors
+			res.Stats.MalformedToolCalls += sh.MalformedToolCalls
+		}
 		res.Stats.BadRewards += rw.Bad
 		if rw.Missing {
 			res.Stats.MissingReward++

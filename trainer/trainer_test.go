@@ -20,7 +20,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/controller"
-	"github.com/aglrl/agl/model"
+	"github.com/aglrl/agl/samples"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
 )
@@ -48,6 +48,11 @@ func TestConfigValidate(t *testing.T) {
 		{"bad agent", Config{TrainAgents: []string{"a b"}}, "train_agents"},
 		{"unknown length rule", Config{LengthRule: "cut"}, `"cut"`},
 		{"negative length", Config{MaxResponseLen: -5}, "negative"},
+		{"ppo options", Config{PPOEpochs: 4, KLCoef: 0.05, KLK1: true, DualClip: 3}, ""},
+		{"negative kl", Config{KLCoef: -0.1}, "kl_coef"},
+		{"kl_k1 without kl", Config{KLK1: true}, "kl_k1 needs kl_coef"},
+		{"dual clip ≤ 1", Config{DualClip: 0.5}, "dual_clip"},
+		{"too many epochs", Config{PPOEpochs: 1000}, "ppo_epochs"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,58 +251,43 @@ type fakePublisher struct {
 	version atomic.Int64
 }
 
-func (p *fakePublisher) Publish(ctx context.Context, w *model.Weights, version int64) error {
-	p.version.Store(version)
-	return nil
-}
-
 // row is one trained sequence: its first token and what the loss got.
 type row struct {
 	tok      int32
 	behavior float32
-	hasOld   bool
-	tisCap   float64
 }
 
-// fakePolicy records what each update trained.
+// fakePolicy records what each update trained and publishes its version
+// to pub.
 type fakePolicy struct {
+	pub     *fakePublisher
 	mu      sync.Mutex
-	pending []row
 	updates [][]row
 	onApply func(update int)
 }
 
-func (p *fakePolicy) AccumulatePolicy(ctx context.Context, b *model.Batch, lc model.PolicyLossConfig) (model.StepStats, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i, ids := range b.IDs {
-		if len(ids) != 4 || len(b.Behavior[i]) != 4 || b.Mask[i][2] != 1 {
-			return model.StepStats{}, fmt.Errorf("unexpected row %v mask %v", ids, b.Mask[i])
+func (p *fakePolicy) Step(ctx context.Context, ss []samples.Sample) (StepStats, error) {
+	var rows []row
+	for _, s := range ss {
+		if len(s.IDs) != 4 || len(s.Logprobs) != 4 || s.LossMask[2] != 1 {
+			return StepStats{}, fmt.Errorf("unexpected sample %v mask %v", s.IDs, s.LossMask)
 		}
-		p.pending = append(p.pending, row{tok: ids[0], behavior: b.Behavior[i][2], hasOld: b.OldLogp != nil, tisCap: lc.TISCap})
+		rows = append(rows, row{tok: s.IDs[0], behavior: s.Logprobs[2]})
 	}
-	return model.StepStats{Loss: 1}, nil
-}
-
-func (p *fakePolicy) ApplyGradients(ctx context.Context) (model.StepStats, error) {
 	p.mu.Lock()
 	n := len(p.updates)
-	p.updates, p.pending = append(p.updates, p.pending), nil
+	p.updates = append(p.updates, rows)
 	p.mu.Unlock()
 	if p.onApply != nil {
 		p.onApply(n + 1)
 	}
-	return model.StepStats{GradNorm: 1}, nil
+	return StepStats{Loss: 1, GradNorm: 1, Tokens: 2 * len(ss)}, nil
 }
 
-func (p *fakePolicy) LogProbs(ctx context.Context, seqs [][]int32) (logp, entropy [][]float32, err error) {
-	for _, s := range seqs {
-		logp = append(logp, make([]float32, len(s)))
-	}
-	return logp, nil, nil
+func (p *fakePolicy) Publish(ctx context.Context, version int64) error {
+	p.pub.version.Store(version)
+	return nil
 }
-
-func (p *fakePolicy) Weights() (*model.Weights, error) { return &model.Weights{}, nil }
 
 func (p *fakePolicy) SaveCheckpoint(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -305,6 +295,9 @@ func (p *fakePolicy) SaveCheckpoint(dir string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, "model.safetensors"), nil, 0o644)
 }
+
+// one is a run's single unnamed policy.
+func one(p Policy) []TrainedPolicy { return []TrainedPolicy{{Name: "agl", Policy: p}} }
 
 // setup writes 10 tasks (8 train, 2 val) and opens a store.
 func setup(t *testing.T) (dir string, st store.Store) {
@@ -392,7 +385,7 @@ func TestLoopModes(t *testing.T) {
 			cfg.Tasks, cfg.Steps, cfg.TasksPerStep, cfg.GroupSize = filepath.Join(dir, "tasks.jsonl"), steps, tasks, group
 			pub := &fakePublisher{}
 			pub.version.Store(1)
-			pol := &fakePolicy{}
+			pol := &fakePolicy{pub: pub}
 			n := cfg.MaxStaleness
 			overlapped := 0
 			pol.onApply = func(s int) {
@@ -409,7 +402,7 @@ func TestLoopModes(t *testing.T) {
 			cctx, stopCtl := context.WithCancel(ctx)
 			wait := (&fakeController{name: "c", st: st, pub: pub, reg: reg}).start(cctx, t)
 			defer func() { stopCtl(); wait() }()
-			l, err := New(cfg, st, pol, pub, State{Version: 1}, dir, "agl", slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+			l, err := New(cfg, st, one(pol), State{Version: 1}, dir, "agl", slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -441,9 +434,6 @@ func TestLoopModes(t *testing.T) {
 					}
 					if r.behavior != behaviour(x.version) {
 						t.Errorf("%s: behaviour log-prob %v, its call recorded %v", x.rollout, r.behavior, behaviour(x.version))
-					}
-					if r.hasOld != (cfg.TISCap > 0) || r.tisCap != cfg.TISCap {
-						t.Errorf("%s: old log-probs %v, TIS cap %v", x.rollout, r.hasOld, r.tisCap)
 					}
 				}
 			}
@@ -485,11 +475,12 @@ func TestLoopResume(t *testing.T) {
 			reg := &registry{}
 
 			// The run that gets killed.
-			pub1, pol1 := &fakePublisher{}, &fakePolicy{}
+			pub1 := &fakePublisher{}
+			pol1 := &fakePolicy{pub: pub1}
 			pub1.version.Store(1)
 			kctx, kill := context.WithCancel(ctx)
 			wait1 := (&fakeController{name: "first", st: st, pub: pub1, reg: reg, hang: func(id string) bool { return id == hung }}).start(kctx, t)
-			l1, err := New(cfg, st, pol1, pub1, State{Version: 1}, dir, "agl", quiet, io.Discard)
+			l1, err := New(cfg, st, one(pol1), State{Version: 1}, dir, "agl", quiet, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -519,10 +510,11 @@ func TestLoopResume(t *testing.T) {
 			if err != nil || state.Step != 2 || state.Version != 3 {
 				t.Fatalf("checkpoint %+v, %v", state, err)
 			}
-			pub2, pol2 := &fakePublisher{}, &fakePolicy{}
+			pub2 := &fakePublisher{}
+			pol2 := &fakePolicy{pub: pub2}
 			pub2.version.Store(state.Version)
 			wait2 := (&fakeController{name: "resumed", st: st, pub: pub2, reg: reg}).start(ctx, t)
-			l2, err := New(cfg, st, pol2, pub2, state, dir, "agl", quiet, io.Discard)
+			l2, err := New(cfg, st, one(pol2), state, dir, "agl", quiet, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -608,4 +600,31 @@ func readMetricsIfAny(dir string) []string {
 		}
 	}
 	return train
+}
+
+// TestCheckPolicies: the loop refuses policies it cannot train.
+func TestCheckPolicies(t *testing.T) {
+	p := &fakePolicy{}
+	tests := []struct {
+		name string
+		ps   []TrainedPolicy
+		err  string
+	}{
+		{"one unnamed", []TrainedPolicy{{Name: "agl", Policy: p}}, ""},
+		{"two named", []TrainedPolicy{{Name: "w", Agents: []string{"writer"}, Named: true, Policy: p}, {Name: "r", Agents: []string{"rewriter", ""}, Named: true, Policy: p}}, ""},
+		{"none", nil, "no policy"},
+		{"no implementation", []TrainedPolicy{{Name: "agl"}}, "no implementation"},
+		{"unnamed beside named", []TrainedPolicy{{Name: "agl", Policy: p}, {Name: "w", Agents: []string{"writer"}, Named: true, Policy: p}}, "unnamed"},
+		{"named without agents", []TrainedPolicy{{Name: "w", Named: true, Policy: p}}, "lists no agents"},
+		{"same name", []TrainedPolicy{{Name: "w", Agents: []string{"a"}, Named: true, Policy: p}, {Name: "w", Agents: []string{"b"}, Named: true, Policy: p}}, `two policies named "w"`},
+		{"shared agent", []TrainedPolicy{{Name: "w", Agents: []string{"a"}, Named: true, Policy: p}, {Name: "r", Agents: []string{"a"}, Named: true, Policy: p}}, `agent "a" is in policies`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkPolicies(tc.ps)
+			if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("checkPolicies: %v, want %q", err, tc.err)
+			}
+		})
+	}
 }

@@ -30,6 +30,10 @@ func TestTrainRefusesUnknownNames(t *testing.T) {
 		{"gamma", "credit: broadcast\n  gamma: 0.9", "", "needs credit: discounted"},
 		{"train agent", "train_agents: [\"a b\"]", "", "train_agents"},
 		{"length rule", "length_rule: cut", "", `"cut"`},
+		{"dual clip", "ppo_epochs: 2\n  kl_coef: 0.1\n  dual_clip: 0.5", "", "dual_clip 0.5"},
+		{"kl_k1", "kl_k1: true", "", "kl_k1 needs kl_coef"},
+		{"intermediate rewards with broadcast", "intermediate_rewards: {tool_error: -0.1}", "", "broadcast credit ignores them"},
+		{"intermediate reward name", "credit: per_call\n  intermediate_rewards: {tool_errors: -0.1}", "", "tool_errors"},
 		{"proxy agent", "credit: last_call", "proxy:\n  agents: {gpt-4o: \"bad/agent\"}\n", "proxy.agents"},
 	}
 	for _, tc := range tests {

@@ -13,14 +13,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/controller"
 	"github.com/aglrl/agl/dashboard"
 	"github.com/aglrl/agl/gateway"
 	"github.com/aglrl/agl/metrics"
 	"github.com/aglrl/agl/model"
 	"github.com/aglrl/agl/proxy"
-	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/trainer"
 )
 
@@ -83,7 +81,8 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	var hc controller.Section
 	var tc trainer.Config
 	var pc proxy.Config
-	for name, v := range map[string]any{"engine": &ec, "controller": &hc, "trainer": &tc, "proxy": &pc} {
+	var pols map[string]policyConfig
+	for name, v := range map[string]any{"engine": &ec, "controller": &hc, "trainer": &tc, "proxy": &pc, "policies": &pols} {
 		if err := c.Section(name, v); err != nil {
 			return err
 		}
@@ -98,8 +97,18 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := pc.Validate(); err != nil {
 		return fmt.Errorf("train: config %s: %w", cfgPath, err)
 	}
-	if ec.ModelDir == "" {
-		return fmt.Errorf("train: config has no engine.model_dir (the model to train)")
+	var pset *policySet
+	if pols != nil {
+		if pset, err = checkPolicies(pols, ec, pc.Agents, tc.TrainAgents); err != nil {
+			return fmt.Errorf("train: config %s: %w", cfgPath, err)
+		}
+		for _, n := range pset.names {
+			p := pols[n]
+			p.ModelDir = rel(p.ModelDir)
+			pols[n] = p
+		}
+	} else if ec.ModelDir == "" {
+		return fmt.Errorf("train: config has no engine.model_dir (the model to train) and no policies")
 	}
 	if len(hc.Command) == 0 {
 		return fmt.Errorf("train: config has no controller.command (the harness to run)")
@@ -138,62 +147,38 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	met := metrics.New(metrics.Options{Store: st, CallsFromEvents: true})
 	st = met.WrapStore(st)
-	format, err := chat.LoadDir(ec.ModelDir)
-	if err != nil {
-		return err
-	}
-	opt := model.DefaultAdamW()
-	if tc.LR > 0 {
-		opt.LR = tc.LR
-	}
 	state := trainer.State{Version: 1}
-	weightsDir := ec.ModelDir
 	if *resume {
 		if state, err = trainer.LoadState(ckpt); err != nil {
 			return err
 		}
-		weightsDir = ckpt
-	}
-	w, err := model.Load(weightsDir)
-	if err != nil {
-		return err
-	}
-	// Training and generation compile the model on their own backends
-	// (model.TrainBackend runs ops in parallel; decoding is faster without).
-	tm, err := model.New(w.Config, model.TrainBackend(ec.Backend))
-	if err != nil {
-		return err
-	}
-	gm, err := model.New(w.Config, ec.Backend)
-	if err != nil {
-		return err
-	}
-	var tr *model.Trainer
-	if *resume {
-		tr, err = model.LoadTrainer(tm, ckpt, opt)
-	} else {
-		tr, err = model.NewTrainer(tm, w, opt)
-	}
-	if err != nil {
-		return err
 	}
 	name := ec.Name
 	if name == "" {
 		name = "agl"
 	}
-	eng, err := model.NewEngine(gm, w, state.Version, ec.engineOptions(name))
+	o := trainOpts{ec: ec, tc: tc, resume: *resume, ckpt: ckpt, live: tc.Mode == trainer.ModeAsync}
+	var sv *served
+	if pset == nil {
+		sv, err = o.single(ctx, st, name, state.Version)
+	} else {
+		sv, err = o.multi(ctx, st, pset, state)
+	}
+	defer sv.close()
 	if err != nil {
 		return err
 	}
-	defer eng.Close()
-	logContext(log, eng)
-	pc.MaxAbsReward = c.Gateway.MaxAbsReward
-	px := proxy.New(pc, st, proxy.NewTokenBackend(eng, format, format.Tokenizer(), 0))
-	if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: state.Version, Weights: weightsDir}); err != nil && !errors.Is(err, store.ErrConflict) {
-		return err
+	for _, e := range sv.engines {
+		logContext(log, e)
 	}
+	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	px := proxy.New(pc, st, sv.backend)
+	for _, p := range sv.pubs {
+		p.p = px
+	}
+	format := sv.format
 
-	loop, err := trainer.New(tc, st, tr, embeddedPublisher{px, eng, tc.Mode == trainer.ModeAsync}, state, c.DataDir, name, log, stdout)
+	loop, err := trainer.New(tc, st, sv.pols, state, c.DataDir, name, log, stdout)
 	if err != nil {
 		return err
 	}
@@ -235,7 +220,15 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		ctlDone <- controller.Run(cctx, cc)
 	}()
-	fmt.Fprintf(stdout, "agl train: gateway %s, model %s v%d (%s), data %s\n", url, name, state.Version, ec.ModelDir, c.DataDir)
+	if pset == nil {
+		fmt.Fprintf(stdout, "agl train: gateway %s, model %s v%d (%s), data %s\n", url, name, state.Version, ec.ModelDir, c.DataDir)
+	} else {
+		fmt.Fprintf(stdout, "agl train: gateway %s, data %s, policies:\n", url, c.DataDir)
+		for _, n := range pset.names {
+			p := pset.byName[n]
+			fmt.Fprintf(stdout, "  %s (%s) for agents %q\n", n, p.Kind, pset.agents(n))
+		}
+	}
 	fmt.Fprintf(stdout, "dashboard %s/ (log in with %s)\n", url, keyNote)
 
 	sum, runErr := loop.Run(ctx)

@@ -341,6 +341,8 @@ views.rollout = async function (rt, root) {
 };
 
 let showIDs = false;
+// fmtAdv shows an advantage with its sign.
+function fmtAdv(a) { return (a >= 0 ? '+' : '') + a.toFixed(4); }
 function tokensEl(t) {
   const box = h('div');
   const toggle = h('label', {}, h('input', {type: 'checkbox', checked: showIDs, onchange: e => { showIDs = e.target.checked; box.replaceWith(tokensEl(t)); }}), ' show ids');
@@ -348,7 +350,7 @@ function tokensEl(t) {
     'Samples built from attempt ', h('span', {class: 'mono'}, t.attempt), ' by the trainer’s merging: ',
     h('span', {class: 'tok m0'}, 'prompt (loss mask 0)'), ' ',
     h('span', {class: 'tok m1 lp'}, 'response (mask 1; colour = probability, green high, red low)'),
-    ' · hover a token for id, log-prob, mask · ', t.decoded ? toggle : '(no tokenizer: showing ids)'));
+    ' · call marks give the advantage the trainer used · hover a token for id, log-prob, mask · ', t.decoded ? toggle : '(no tokenizer: showing ids)'));
   if (!t.samples.length) append(box, h('p', {class: 'muted'}, 'No trainable samples.'));
   const MAX = 20000;
   for (const smp of t.samples) {
@@ -357,7 +359,9 @@ function tokensEl(t) {
       'split: ' + sp.reason + (sp.at >= 0 ? ' at token ' + sp.at : '') + (sp.detail ? ' — ' + sp.detail : '');
     const trained = smp.mask.reduce((a, b) => a + b, 0);
     const marks = {};
-    smp.calls.forEach((c, i) => { marks[c.prompt_start] = (marks[c.prompt_start] || []).concat('call ' + (i + 1) + ' prompt'); marks[c.response_start] = (marks[c.response_start] || []).concat('call ' + (i + 1) + ' response'); });
+    const advOf = c => c.advantage === undefined ? '' : ' · advantage ' + fmtAdv(c.advantage);
+    smp.calls.forEach((c, i) => { marks[c.prompt_start] = (marks[c.prompt_start] || []).concat('call ' + (i + 1) + ' prompt'); marks[c.response_start] = (marks[c.response_start] || []).concat('call ' + (i + 1) + ' response' + advOf(c)); });
+    const callAt = i => smp.calls.find(c => i >= c.response_start && i < c.response_end);
     const toks = h('div', {class: 'tokens'});
     const n = Math.min(smp.ids.length, MAX);
     const frag = document.createDocumentFragment();
@@ -366,7 +370,7 @@ function tokensEl(t) {
       const m = smp.mask[i], lp = smp.logprobs[i];
       const label = (!t.decoded || showIDs) ? String(smp.ids[i]) + ' ' : smp.pieces[i];
       const el = h('span', {class: 'tok m' + m + (i === sp.at ? ' at' : ''),
-        title: 'pos ' + i + ' · id ' + smp.ids[i] + ' · mask ' + m + (m ? ' · logprob ' + lp.toFixed(4) + ' · p ' + Math.exp(lp).toFixed(3) : '')}, label);
+        title: 'pos ' + i + ' · id ' + smp.ids[i] + ' · mask ' + m + (m ? ' · logprob ' + lp.toFixed(4) + ' · p ' + Math.exp(lp).toFixed(3) + advOf(callAt(i) || {}) : '')}, label);
       if (m) el.style.backgroundColor = 'hsl(' + Math.round(120 * Math.exp(lp)) + ',70%,88%)';
       frag.appendChild(el);
     }
@@ -376,7 +380,7 @@ function tokensEl(t) {
       h('div', {class: 'split' + (sp.reason === 'first' ? ' first' : '')},
         h('strong', {}, 'Sample ' + (smp.index + 1)), ' · ', why, ' · ', smp.ids.length + ' tokens, ' + trained + ' trained',
         ' · model v' + smp.model_versions.join(', v'), smp.truncated ? ' · truncated' : '',
-        ' · calls ', smp.calls.map(c => c.call_id).join(', ')),
+        ' · calls ', smp.calls.map(c => c.call_id + (c.advantage === undefined ? '' : ' (A ' + fmtAdv(c.advantage) + ')')).join(', ')),
       toks));
   }
   if (t.excluded.length) {

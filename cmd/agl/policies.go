@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/engine/upstream"
+	"github.com/aglrl/agl/model"
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/trainer"
+	"github.com/aglrl/agl/trainer/embedded"
+)
+
+// Policy kinds of the `policies:` section.
+const (
+	policyTrained  = "trained"  // an embedded model that `agl train` trains
+	policyFrozen   = "frozen"   // an embedded model served, never trained
+	policyUpstream = "upstream" // an OpenAI-compatible server, never trained
+)
+
+// policyConfig is one entry of the top-level `policies:` section (name →
+// policy): which agents' calls it answers, and with what.
+type policyConfig struct {
+	Kind string `yaml:"kind"`
+	// Agents whose calls this policy answers ("" the default agent: a call
+	// that names none).
+	Agents []string `yaml:"agents"`
+	// ModelDir is the embedded model (trained, frozen).
+	ModelDir string `yaml:"model_dir"`
+	// Upstream is the server of an upstream policy.
+	Upstream *upstream.Config `yaml:"upstream"`
+}
+
+// policySet is the parsed `policies:` section, names in sorted order.
+type policySet struct {
+	names  []string
+	byName map[string]policyConfig
+	// agentOf maps an agent to its policy's name.
+	agentOf map[string]string
+}
+
+// checkPolicies validates the `policies:` section against the rest of the
+// config (engine, proxy.agents, trainer.train_agents), so that `agl train`
+// refuses a bad one before anything runs.
+func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[string]string, trainAgents []string) (*policySet, error) {
+	set := &policySet{byName: ps, agentOf: map[string]string{}}
+	for name := range ps {
+		set.names = append(set.names, name)
+	}
+	sort.Strings(set.names)
+	if ec.ModelDir != "" || ec.Upstream != nil {
+		return nil, fmt.Errorf("engine.model_dir / engine.upstream: with policies, each policy names its model_dir or upstream")
+	}
+	if len(trainAgents) > 0 {
+		return nil, fmt.Errorf("trainer.train_agents: with policies, the policies' kinds say which agents train")
+	}
+	trained := 0
+	for _, name := range set.names {
+		p := ps[name]
+		if err := api.ValidAgentName(name); err != nil {
+			return nil, fmt.Errorf("policies: policy name: %w", err)
+		}
+		switch p.Kind {
+		case policyTrained, policyFrozen:
+			if p.ModelDir == "" || p.Upstream != nil {
+				return nil, fmt.Errorf("policies.%s: a %s policy needs model_dir (and no upstream)", name, p.Kind)
+			}
+			if p.Kind == policyTrained {
+				trained++
+			}
+		case policyUpstream:
+			if p.Upstream == nil || p.ModelDir != "" {
+				return nil, fmt.Errorf("policies.%s: an upstream policy needs upstream (and no model_dir)", name)
+			}
+		default:
+			return nil, fmt.Errorf("policies.%s: kind %q: want %s, %s or %s", name, p.Kind, policyTrained, policyFrozen, policyUpstream)
+		}
+		if len(p.Agents) == 0 {
+			return nil, fmt.Errorf("policies.%s: no agents (\"\" is the default agent)", name)
+		}
+		for _, a := range p.Agents {
+			if a != "" {
+				if err := api.ValidAgentName(a); err != nil {
+					return nil, fmt.Errorf("policies.%s.agents: %w", name, err)
+				}
+			}
+			if o, ok := set.agentOf[a]; ok {
+				return nil, fmt.Errorf("policies: agent %q is in both %s and %s", a, o, name)
+			}
+			set.agentOf[a] = name
+		}
+	}
+	if trained == 0 {
+		return nil, fmt.Errorf("policies: no policy of kind %s: nothing to train", policyTrained)
+	}
+	models := make([]string, 0, len(proxyAgents))
+	for m := range proxyAgents {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		if _, ok := set.agentOf[proxyAgents[m]]; !ok {
+			return nil, fmt.Errorf("proxy.agents[%q]: agent %s is mapped to no policy", m, strconv.Quote(proxyAgents[m]))
+		}
+	}
+	return set, nil
+}
+
+// trainedAgents lists the agents of policy name (sorted).
+func (s *policySet) agents(name string) []string {
+	a := slices.Clone(s.byName[name].Agents)
+	slices.Sort(a)
+	return a
+}
+
+// served is what `agl train` serves and trains: the trained policies, the
+// proxy's backend (an AgentRouter when there are policies), the chat
+// format of the dashboard's token view, and what to close.
+type served struct {
+	pols    []trainer.TrainedPolicy
+	backend proxy.Backend
+	format  chat.Format
+	engines []*model.Engine
+	// pubs get the proxy once it exists (they pause and drain it).
+	pubs []*embeddedPublisher
+}
+
+func (s *served) close() {
+	if s == nil {
+		return
+	}
+	for _, e := range s.engines {
+		e.Close()
+	}
+}
+
+// trainOpts is how `agl train` opens its policies.
+type trainOpts struct {
+	ec     engineConfig
+	tc     trainer.Config
+	resume bool
+	ckpt   string
+	live   bool
+}
+
+// trained opens one trained embedded policy named name: weights from
+// modelDir, or from ckptDir when resuming; a trainer and an engine of its
+// own (generation and training compile on their own backends:
+// model.TrainBackend runs ops in parallel; decoding is faster without).
+func (o trainOpts) trained(ctx context.Context, st store.Store, sv *served, name, modelDir, ckptDir string, version int64) (trainer.Policy, *model.Engine, error) {
+	weightsDir := modelDir
+	if o.resume {
+		weightsDir = ckptDir
+	}
+	w, err := model.Load(weightsDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy %s: %w", name, err)
+	}
+	tm, err := model.New(w.Config, model.TrainBackend(o.ec.Backend))
+	if err != nil {
+		return nil, nil, err
+	}
+	gm, err := model.New(w.Config, o.ec.Backend)
+	if err != nil {
+		return nil, nil, err
+	}
+	opt := model.DefaultAdamW()
+	if o.tc.LR > 0 {
+		opt.LR = o.tc.LR
+	}
+	var tr *model.Trainer
+	if o.resume {
+		tr, err = model.LoadTrainer(tm, ckptDir, opt)
+	} else {
+		tr, err = model.NewTrainer(tm, w, opt)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy %s: %w", name, err)
+	}
+	var ref embedded.Reference
+	if o.tc.KLCoef > 0 {
+		// The reference is the policy the run started from, also when
+		// resuming.
+		rw := w
+		if o.resume {
+			if rw, err = model.Load(modelDir); err != nil {
+				return nil, nil, fmt.Errorf("policy %s: reference: %w", name, err)
+			}
+		}
+		if ref, err = embedded.NewReference(tm, rw); err != nil {
+			return nil, nil, err
+		}
+	}
+	eng, err := model.NewEngine(gm, w, version, o.ec.engineOptions(name))
+	if err != nil {
+		return nil, nil, err
+	}
+	sv.engines = append(sv.engines, eng)
+	pub := &embeddedPublisher{eng: eng, live: o.live}
+	sv.pubs = append(sv.pubs, pub)
+	p, err := embedded.New(tr, pub, ref, embedded.OptionsFrom(o.tc))
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: version, Weights: weightsDir}); err != nil && !errors.Is(err, store.ErrConflict) {
+		return nil, nil, err
+	}
+	return p, eng, nil
+}
+
+// single opens the run's one policy: the engine section's model, serving
+// every agent (trainer.train_agents selects those that train).
+func (o trainOpts) single(ctx context.Context, st store.Store, name string, version int64) (*served, error) {
+	sv := &served{}
+	f, err := chat.LoadDir(o.ec.ModelDir)
+	if err != nil {
+		return sv, err
+	}
+	p, eng, err := o.trained(ctx, st, sv, name, o.ec.ModelDir, o.ckpt, version)
+	if err != nil {
+		return sv, err
+	}
+	sv.format, sv.backend = f, proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)
+	sv.pols = []trainer.TrainedPolicy{{Name: name, Policy: p}}
+	return sv, nil
+}
+
+// multi opens the policies of the `policies:` section: each trained one
+// with its own weights, optimizer state, engine and versions; frozen ones
+// as engines that are never swapped; upstream ones as upstream backends.
+// Calls reach them by agent (proxy.AgentRouter).
+func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, state trainer.State) (*served, error) {
+	sv := &served{}
+	byAgent := map[string]proxy.Backend{}
+	var def string // the agent whose backend answers ModelName and count_tokens
+	for _, name := range set.names {
+		pc := set.byName[name]
+		var b proxy.Backend
+		switch pc.Kind {
+		case policyTrained, policyFrozen:
+			f, err := chat.LoadDir(pc.ModelDir)
+			if err != nil {
+				return sv, fmt.Errorf("policy %s: %w", name, err)
+			}
+			var eng *model.Engine
+			if pc.Kind == policyTrained {
+				p, e, err := o.trained(ctx, st, sv, name, pc.ModelDir, filepath.Join(o.ckpt, trainer.PolicyDir(name)),
+					trainer.PolicyVersion(state, name))
+				if err != nil {
+					return sv, err
+				}
+				eng = e
+				sv.pols = append(sv.pols, trainer.TrainedPolicy{Name: name, Agents: set.agents(name), Named: true, Policy: p})
+				if len(sv.pols) == 1 {
+					// The first trained policy answers count_tokens and
+					// names the tokenizer of the dashboard's token view.
+					def, sv.format = pc.Agents[0], f
+				}
+			} else {
+				if eng, err = model.OpenEngine(pc.ModelDir, o.ec.Backend, 1, o.ec.engineOptions(name)); err != nil {
+					return sv, fmt.Errorf("policy %s: %w", name, err)
+				}
+				sv.engines = append(sv.engines, eng)
+				if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: 1, Weights: pc.ModelDir}); err != nil && !errors.Is(err, store.ErrConflict) {
+					return sv, err
+				}
+			}
+			if sv.format == nil {
+				sv.format = f
+			}
+			b = proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)
+		case policyUpstream:
+			cl, err := upstream.New(*pc.Upstream)
+			if err != nil {
+				return sv, fmt.Errorf("policy %s: upstream: %w", name, err)
+			}
+			b = proxy.NewUpstreamBackend(cl)
+		}
+		for _, a := range pc.Agents {
+			byAgent[a] = b
+		}
+	}
+	if _, ok := byAgent[""]; ok {
+		def = ""
+	}
+	r, err := proxy.NewAgentRouter(byAgent, def)
+	if err != nil {
+		return sv, err
+	}
+	sv.backend = r
+	return sv, nil
+}

@@ -1,0 +1,185 @@
+// Package sql holds the multi-agent text-to-SQL example: make_data.py (the
+// shop database, tasks, demonstrations) and harness.py (writer, checker
+// and rewriter on the Chat Completions API, each at its own base URL).
+// These tests run both with python3 against a loopback server that
+// answers in the Chat Completions wire format.
+package sql
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func python(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	return p
+}
+
+type task struct {
+	ID       string `json:"id"`
+	Question string `json:"question"`
+	Gold     string `json:"gold"`
+}
+
+func readJSONL[T any](t *testing.T, path string) []T {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func makeData(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(python(t), "make_data.py", dir, "--sft", "200")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make_data.py: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// TestMakeData: held-out questions are asked by no training task and no
+// demonstration, and each names a value the training tasks name (in the
+// other template of its pair); every gold query runs and returns rows.
+func TestMakeData(t *testing.T) {
+	dir := makeData(t)
+	train, val := readJSONL[task](t, filepath.Join(dir, "train.jsonl")), readJSONL[task](t, filepath.Join(dir, "val.jsonl"))
+	if len(train) < 40 || len(val) < 40 {
+		t.Fatalf("%d train, %d val tasks", len(train), len(val))
+	}
+	sft, err := os.ReadFile(filepath.Join(dir, "sft.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(id string) string { // "city-count-Oslo" → "Oslo"
+		return id[strings.LastIndex(id, "-")+1:]
+	}
+	trainQ, trainV := map[string]bool{}, map[string]bool{}
+	for _, x := range train {
+		trainQ[x.Question], trainV[value(x.ID)] = true, true
+	}
+	for _, x := range val {
+		q, _ := json.Marshal(x.Question)
+		if trainQ[x.Question] || strings.Contains(string(sft), string(q)) {
+			t.Errorf("val question %q is asked in training", x.Question)
+		}
+		if !trainV[value(x.ID)] {
+			t.Errorf("val task %s names a value no training task names", x.ID)
+		}
+	}
+	py := `import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for line in open(sys.argv[2]):
+    t = json.loads(line)
+    rows = db.execute(t["gold"]).fetchall()
+    assert rows and rows != [(None,)], t
+`
+	for _, f := range []string{"train.jsonl", "val.jsonl"} {
+		if out, err := exec.Command(python(t), "-c", py, filepath.Join(dir, "shop.db"), filepath.Join(dir, f)).CombinedOutput(); err != nil {
+			t.Errorf("gold queries of %s: %v\n%s", f, err, out)
+		}
+	}
+}
+
+// TestHarness runs harness.py against a loopback server that answers each
+// agent (told apart by its base URL's /agents/{agent}/ segment) from a
+// script: the loop, the read-only database and the reward.
+func TestHarness(t *testing.T) {
+	dir := makeData(t)
+	val := readJSONL[task](t, filepath.Join(dir, "val.jsonl"))
+	var q task
+	for _, x := range val {
+		if strings.HasPrefix(x.ID, "city-") {
+			q = x
+		}
+	}
+	bad := strings.Replace(q.Gold, "FROM customers", "FROM customer", 1)
+	tests := []struct {
+		name   string
+		script map[string][]string
+		calls  string
+		reward string
+	}{
+		{"writer right, checker agrees", map[string][]string{"writer": {q.Gold}, "checker": {"OK"}}, "writer,checker", "1.0"},
+		{"rewriter fixes", map[string][]string{"writer": {bad}, "checker": {"WRONG", "OK"}, "rewriter": {q.Gold}}, "writer,checker,rewriter,checker", "1.0"},
+		{"at most two rewrites", map[string][]string{"writer": {bad}, "checker": {"WRONG", "WRONG"}, "rewriter": {bad, bad}}, "writer,checker,rewriter,checker,rewriter", "0.0"},
+		{"checker accepts a wrong query", map[string][]string{"writer": {bad}, "checker": {"OK"}}, "writer,checker", "0.0"},
+		{"no writes", map[string][]string{"writer": {"DELETE FROM customers"}, "checker": {"WRONG"}, "rewriter": {q.Gold}, "": {"OK"}}, "writer,checker,rewriter,checker", "1.0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var calls []string
+			used := map[string]int{}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				rest, ok := strings.CutPrefix(r.URL.Path, "/r/ro/at/agents/")
+				agent, route, _ := strings.Cut(rest, "/")
+				if !ok || route != "v1/chat/completions" || r.Header.Get("Authorization") != "Bearer key" {
+					http.Error(w, `{"error":{"message":"bad route"}}`, 404)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				calls = append(calls, agent)
+				replies := tc.script[agent]
+				if agent == "checker" && used[agent] >= len(replies) {
+					replies = tc.script[""] // the checker's replies after the script's
+					used[agent] -= len(tc.script["checker"])
+				}
+				if used[agent] >= len(replies) {
+					http.Error(w, `{"error":{"message":"unscripted"}}`, 500)
+					return
+				}
+				reply := replies[used[agent]]
+				used[agent]++
+				b, _ := json.Marshal(map[string]any{"id": "c", "object": "chat.completion", "model": "agl",
+					"choices": []any{map[string]any{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": reply}}}})
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(b)
+			}))
+			defer srv.Close()
+			taskJSON, _ := json.Marshal(q)
+			cmd := exec.Command(python(t), "harness.py")
+			cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+srv.URL+"/r/ro/at/v1", "OPENAI_API_KEY=key",
+				"SQL_DB="+filepath.Join(dir, "shop.db"), "AGL_TASK="+string(taskJSON))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("harness: %v\n%s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != tc.reward || strings.Join(calls, ",") != tc.calls {
+				t.Errorf("reward %s after calls %v, want %s after %s", got, calls, tc.reward, tc.calls)
+			}
+		})
+	}
+	// The database is unchanged (the harness opens it read-only).
+	py := fmt.Sprintf(`import sqlite3; print(sqlite3.connect(%q).execute("SELECT COUNT(*) FROM customers").fetchone()[0])`, filepath.Join(dir, "shop.db"))
+	if out, err := exec.Command(python(t), "-c", py).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "30" {
+		t.Errorf("customers after the harness ran: %s %v", out, err)
+	}
+}
