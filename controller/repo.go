@@ -187,7 +187,9 @@ func (c *runner) prepareRepo(ctx context.Context, a *attempt) error {
 	}
 	r.spec = sandbox.Spec{Workspace: r.ws, ReadOnly: c.cfg.Sandbox.ReadOnly, Env: c.cfg.Sandbox.Env, Limits: lim, Journal: filepath.Join(a.dir, "sandbox.journal"), Bwrap: c.cfg.Sandbox.Bwrap,
 		// The controller's sweep tells the attempt's processes by this.
-		HostEnv: []string{"AGL_ATTEMPT_ID=" + a.aid}, Start: procs.startUnregistered}
+		// Its host-side processes are live (never a sweep's victim, even
+		// as a zombie whose environment reads empty) until waited for.
+		HostEnv: []string{"AGL_ATTEMPT_ID=" + a.aid}, Start: procs.start, Waited: procs.remove}
 	specPath := filepath.Join(a.dir, "sandbox.json")
 	if err := r.spec.Save(specPath); err != nil {
 		return err
@@ -557,15 +559,6 @@ func (c *runner) harnessCommand(a *attempt) (*exec.Cmd, error) {
 	cmd := exec.Command(a.argv[0], a.argv[1:]...)
 	cmd.Dir, cmd.Env = c.cfg.Dir, a.env
 	return cmd, nil
-}
-
-// startUnregistered starts cmd with no sweep running in between (see
-// registry.start); the process names its attempt in its environment
-// (AGL_ATTEMPT_ID), which is how sweeps tell it apart.
-func (r *registry) startUnregistered(cmd *exec.Cmd) error {
-	r.starting.RLock()
-	defer r.starting.RUnlock()
-	return cmd.Start()
 }
 
 // runnerModules are test-runner modules that a workspace may not add at its

@@ -106,6 +106,9 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 	}()
 	wg.Wait() // the pipes close when every process holding them is gone
 	werr := cmd.Wait()
+	if s.Waited != nil {
+		s.Waited(cmd.Process.Pid)
+	}
 	close(done)
 	res.TimedOut = <-timedOut
 	res.Duration = time.Since(start).Seconds()

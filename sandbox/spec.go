@@ -113,6 +113,10 @@ type Spec struct {
 	// Start, if set, starts the host-side process instead of cmd.Start
 	// (a caller that tracks the processes it starts).
 	Start func(cmd *exec.Cmd) error `json:"-"`
+	// Waited, if set, is called with the host-side process's pid once it
+	// has been waited for (a caller that tracks the processes it starts
+	// stops tracking it).
+	Waited func(pid int) `json:"-"`
 }
 
 // SocketMount is where Spec.Socket appears inside the sandbox.
