@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/store"
+	"go.yaml.in/yaml/v3"
 )
 
 // Section is the "controller:" section of agl.yaml:
 //
 //	controller:
+//	  kind: local                      # local (subprocesses) | kubernetes (one Job per attempt)
 //	  command: [python3, harness.py]   # the harness, run once per attempt
 //	  dir: .                           # relative to the config file
 //	  env: {CALC_DIGITS: "3"}
@@ -23,7 +25,9 @@ import (
 //	  evaluator_timeout: 60s
 //	  log_tail_bytes: 4096
 //	  kill_grace: 5s
+//	  kubernetes: {…}                  # kind kubernetes only (controller/kubernetes.Section)
 type Section struct {
+	Kind              string            `yaml:"kind"`
 	Command           []string          `yaml:"command"`
 	Dir               string            `yaml:"dir"`
 	Env               map[string]string `yaml:"env"`
@@ -37,6 +41,9 @@ type Section struct {
 	EvaluatorTimeout  time.Duration     `yaml:"evaluator_timeout"`
 	LogTailBytes      int               `yaml:"log_tail_bytes"`
 	KillGrace         time.Duration     `yaml:"kill_grace"`
+	// Kubernetes is decoded by controller/kubernetes (kept raw here, so
+	// that this package does not depend on client-go).
+	Kubernetes yaml.Node `yaml:"kubernetes"`
 }
 
 // Config returns the run configuration the section describes (without the
