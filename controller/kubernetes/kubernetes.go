@@ -219,6 +219,9 @@ func New(o Options) (*Backend, error) {
 	return &Backend{o: o, limiter: lim}, nil
 }
 
+// Namespace is where the Jobs are created.
+func (b *Backend) Namespace() string { return b.o.Namespace }
+
 // JobName is the Job of an attempt: a DNS label (≤63 characters) made of
 // the ids and a hash of both, so that distinct attempts never share one.
 func JobName(rolloutID, attemptID string) string {
