@@ -628,7 +628,7 @@ spec:
 // with an error naming what was wrong, and creates nothing.
 func TestBadTemplate(t *testing.T) {
 	for _, tc := range []struct{ name, template, want string }{
-		{"unknown field", "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n      containers: [{name: a, image: b, imagee: c}]\n", `unknown field \"imagee\"`},
+		{"unknown field", "apiVersion: batch/v1\nkind: Job\nspec:\n  template:\n    spec:\n      containers: [{name: a, image: b, imagee: c}]\n", `unknown field "imagee"`},
 		{"not a Job", "apiVersion: v1\nkind: Pod\n", "rendered v1 \"Pod\", want apiVersion batch/v1, kind Job"},
 		{"no containers", "apiVersion: batch/v1\nkind: Job\n", "without containers"},
 		{"missing key", "apiVersion: batch/v1\nkind: Job\nmetadata: {name: {{ .Input.nope.deeper }}}\n", "job template:"},
