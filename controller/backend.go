@@ -60,6 +60,10 @@ func Serve(ctx context.Context, cfg Config, b Backend) error {
 			return
 		}
 		defer at.close()
+		// The evaluator runs here: its sweep must spare the processes of
+		// the other attempts' evaluators.
+		procs.begin(at.a.aid)
+		defer procs.end(at.a.aid)
 		b.RunAttempt(ctx, at)
 	})
 }

@@ -86,7 +86,7 @@ type Options struct {
 	// Values fill the template.
 	Values Values
 	// TTLAfterFinished is the Job's ttlSecondsAfterFinished (default
-	// 1200; 0 deletes finished Jobs at once).
+	// 1200, at least minTTL).
 	TTLAfterFinished *int32
 	// MaxJobsPerMinute bounds Job creation (default 100).
 	MaxJobsPerMinute int
@@ -171,6 +171,10 @@ spec:
 
 var defaultTemplate = template.Must(template.New("default").Option("missingkey=error").Funcs(funcs).Parse(DefaultTemplate))
 
+// minTTL is the shortest ttl_after_finished: a finished Job must outlive
+// the controller's next read of it (poll_interval, API latency).
+const minTTL = 10
+
 // Backend runs attempts as Jobs (a controller.Backend).
 type Backend struct {
 	o       Options
@@ -194,8 +198,8 @@ func New(o Options) (*Backend, error) {
 	if o.TTLAfterFinished == nil {
 		ttl := int32(1200)
 		o.TTLAfterFinished = &ttl
-	} else if *o.TTLAfterFinished < 0 {
-		return nil, fmt.Errorf("controller.kubernetes: ttl_after_finished %d: want >= 0", *o.TTLAfterFinished)
+	} else if *o.TTLAfterFinished < minTTL {
+		return nil, fmt.Errorf("controller.kubernetes: ttl_after_finished %d: want at least %d (seconds; a Job deleted sooner may vanish before the controller reads how it ended)", *o.TTLAfterFinished, minTTL)
 	}
 	if o.MaxJobsPerMinute < 0 {
 		return nil, fmt.Errorf("controller.kubernetes: max_jobs_per_minute %d: want > 0", o.MaxJobsPerMinute)

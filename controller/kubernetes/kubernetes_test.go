@@ -521,7 +521,7 @@ spec:
       - name: sidecar
         image: busybox
 `
-	ttl0, ttl30 := int32(0), int32(30)
+	ttl60, ttl30 := int32(60), int32(30)
 	for _, tc := range []struct {
 		name     string
 		template string
@@ -540,7 +540,7 @@ spec:
 					t.Fatalf("container %+v, service account %q", c, j.Spec.Template.Spec.ServiceAccountName)
 				}
 			}},
-		{name: "custom template, ttl 0, timeout", template: custom, ttl: &ttl0, wantTTL: 0, timeout: 2.5, deadline: 3,
+		{name: "custom template, ttl 60, timeout", template: custom, ttl: &ttl60, wantTTL: 60, timeout: 2.5, deadline: 3,
 			containers: map[string]string{"fetch": "/dev/termination-log", "agent": "/tmp/reward", "sidecar": "/dev/termination-log"},
 			check: func(t *testing.T, j *batchv1.Job) {
 				c := j.Spec.Template.Spec.Containers[0]
@@ -671,7 +671,8 @@ func TestOptions(t *testing.T) {
 		{name: "missing template file", s: kubernetes.Section{JobTemplateFile: "nope.tmpl"}, want: "job_template_file"},
 		{name: "bad template", s: kubernetes.Section{JobTemplate: "{{ .Oops"}, want: "job template"},
 		{name: "bad pull policy", s: kubernetes.Section{Image: "x", ImagePullPolicy: "Sometimes"}, want: "image_pull_policy"},
-		{name: "negative ttl", s: kubernetes.Section{Image: "x", TTLAfterFinished: new(int32(-1))}, want: "ttl_after_finished"},
+		{name: "negative ttl", s: kubernetes.Section{Image: "x", TTLAfterFinished: new(int32(-1))}, want: "ttl_after_finished -1: want at least 10"},
+		{name: "ttl shorter than a poll", s: kubernetes.Section{Image: "x", TTLAfterFinished: new(int32(0))}, want: "ttl_after_finished 0: want at least 10"},
 		{name: "negative rate", s: kubernetes.Section{Image: "x", MaxJobsPerMinute: -1}, want: "max_jobs_per_minute"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,7 +35,7 @@ import (
 //	    node_selector: {pool: cpu}
 //	    resources: {requests: {cpu: "1", memory: 2Gi}, limits: {memory: 4Gi}}
 //	    job_template_file: job.yaml.tmpl   # or job_template: | … (a whole batch/v1 Job, Go text/template)
-//	    ttl_after_finished: 1200           # seconds (AL's default)
+//	    ttl_after_finished: 1200           # seconds (AL's default; at least 10)
 //	    max_jobs_per_minute: 100           # AL's default
 //	    poll_interval: 2s                  # Job/Pod status reads
 //	    log_tail_lines: 200                # lines of each container's log read
