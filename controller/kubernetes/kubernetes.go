@@ -53,7 +53,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	batchclient "k8s.io/client-go/kubernetes/typed/batch/v1"
+	coreclient "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/aglrl/agl/controller"
@@ -72,10 +73,18 @@ const (
 	defaultTermPath = "/dev/termination-log"
 )
 
+// Client is the part of a clientset the backend uses (client-go's
+// kubernetes.Interface, its fake, or Section.Client's two typed clients,
+// which keep the other API groups' clients out of the binary).
+type Client interface {
+	BatchV1() batchclient.BatchV1Interface
+	CoreV1() coreclient.CoreV1Interface
+}
+
 // Options configure the backend. Zero values take the documented defaults.
 type Options struct {
 	// Client reaches the cluster (required).
-	Client kubernetes.Interface
+	Client Client
 	// Namespace of the Jobs (default "default").
 	Namespace string
 	// GatewayURL is the gateway as pods reach it (default: the

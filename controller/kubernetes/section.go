@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-	"k8s.io/client-go/kubernetes"
+	batchclient "k8s.io/client-go/kubernetes/typed/batch/v1"
+	coreclient "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -140,17 +141,36 @@ func ParseTemplate(name, text string) (*template.Template, error) {
 // Client connects to the cluster: the kubeconfig when one is named (or
 // $KUBECONFIG is set), else the in-cluster service account, else
 // ~/.kube/config.
-func (s Section) Client() (kubernetes.Interface, error) {
+func (s Section) Client() (Client, error) {
 	cfg, err := s.restConfig()
 	if err != nil {
 		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	// rest.HTTPClientFor once, shared by both typed clients (as
+	// kubernetes.NewForConfig does).
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("controller.kubernetes: client: %w", err)
 	}
-	return cs, nil
+	batch, err := batchclient.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("controller.kubernetes: client: %w", err)
+	}
+	core, err := coreclient.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("controller.kubernetes: client: %w", err)
+	}
+	return clients{batch, core}, nil
 }
+
+// clients are the two typed clients the backend uses.
+type clients struct {
+	batch batchclient.BatchV1Interface
+	core  coreclient.CoreV1Interface
+}
+
+func (c clients) BatchV1() batchclient.BatchV1Interface { return c.batch }
+func (c clients) CoreV1() coreclient.CoreV1Interface    { return c.core }
 
 func (s Section) restConfig() (*rest.Config, error) {
 	path := s.Kubeconfig
