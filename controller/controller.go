@@ -161,6 +161,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Python == "" {
 		c.Python = "python3"
 	}
+	return c.defaults()
+}
+
+// defaults checks and completes everything but the command (a Backend may
+// carry its own).
+func (c Config) defaults() (Config, error) {
 	if c.GatewayURL == "" {
 		return c, errors.New("controller: no gateway URL configured")
 	}
@@ -237,56 +243,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	cl := api.NewClient(cfg.GatewayURL, cfg.AdminKey)
-	if cfg.HTTP != nil {
-		cl.HTTP = cfg.HTTP
-	}
-	c := &runner{cfg: cfg, api: cl, log: cfg.Logger, stdlib: sync.OnceValue(pythonStdlib)}
+	c := cfg.newRunner()
 	if err := becomeSubreaper(); err != nil {
 		c.log.Warn("controller: cannot become the child subreaper: processes a harness detaches (setsid) may outlive its attempt", "err", err)
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	slots := make(chan struct{}, cfg.Concurrency)
-	backoff := cfg.PollInterval
-	for {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		}
-		claim, ok, err := cl.Claim(ctx, store.ClaimRequest{WorkerID: cfg.WorkerID, Mode: cfg.Mode})
-		if err != nil {
-			<-slots
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ae *api.Error
-			if errors.As(err, &ae) && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden || ae.Status == http.StatusNotFound) {
-				return fmt.Errorf("controller: claim: %w", err)
-			}
-			c.log.Warn("controller: claim failed", "err", err, "retry_in", backoff)
-			if !sleep(ctx, backoff) {
-				return nil
-			}
-			backoff = min(2*backoff, 10*time.Second)
-			continue
-		}
-		backoff = cfg.PollInterval
-		if !ok {
-			<-slots
-			if !sleep(ctx, cfg.PollInterval) {
-				return nil
-			}
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			c.runAttempt(ctx, claim)
-		}()
-	}
+	return c.claimLoop(ctx, c.runAttempt)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -574,7 +535,6 @@ func inheritedSecret(name string) bool {
 
 // env builds the harness environment.
 func (c *runner) env(claim store.Claim, rewardPath string) []string {
-	base := c.cfg.GatewayURL + "/r/" + url.PathEscape(claim.Rollout.ID) + "/" + url.PathEscape(claim.Attempt.ID)
 	var env []string
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); inheritedSecret(k) {
@@ -582,34 +542,13 @@ func (c *runner) env(claim store.Claim, rewardPath string) []string {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, c.cfg.Env...)
-	task := string(claim.Rollout.Task)
-	if task == "" {
-		task = "null"
-	}
-	return append(env,
-		"OPENAI_BASE_URL="+base+"/v1",
-		"ANTHROPIC_BASE_URL="+base,
-		"OPENAI_API_KEY="+claim.Key,
-		"ANTHROPIC_API_KEY="+claim.Key,
-		"AGL_TASK="+task,
-		"AGL_REWARD_FILE="+rewardPath,
-		"AGL_EVENTS_URL="+base+"/events",
-		"AGL_ROLLOUT_ID="+claim.Rollout.ID,
-		"AGL_ATTEMPT_ID="+claim.Attempt.ID,
-		"AGL_MODE="+string(claim.Rollout.Mode),
-	)
+	return append(env, c.contractEnv(c.cfg.GatewayURL, claim, rewardPath)...)
 }
 
 // heartbeat reports the attempt alive until ctx ends; a 409 or 404 answer
 // cancels the attempt with errLost.
 func (c *runner) heartbeat(ctx context.Context, a *attempt, cancel context.CancelCauseFunc) {
-	every := c.cfg.HeartbeatInterval
-	// Beat well within the rollout's unresponsive limit, whatever the config.
-	if u := time.Duration(a.claim.Rollout.Config.UnresponsiveSeconds * float64(time.Second)); u > 0 && every > u/3 {
-		every = max(u/3, 10*time.Millisecond)
-	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(c.heartbeatEvery(a.claim))
 	defer t.Stop()
 	for {
 		select {

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/store"
+	"go.yaml.in/yaml/v3"
 )
 
 // Section is the "controller:" section of agl.yaml:
 //
 //	controller:
+//	  kind: local                      # local (subprocesses) | kubernetes (one Job per attempt)
 //	  command: [python3, harness.py]   # the harness, run once per attempt
 //	  dir: .                           # relative to the config file
 //	  env: {CALC_DIGITS: "3"}
@@ -41,7 +43,9 @@ import (
 //	    timeout: 300s
 //	    partial_credit: false          # true: fraction of fail_to_pass passing, 0 if a pass_to_pass fails
 //	    log_tail_bytes: 8192
+//	  kubernetes: {…}                  # kind kubernetes only (controller/kubernetes.Section)
 type Section struct {
+	Kind              string            `yaml:"kind"`
 	Command           []string          `yaml:"command"`
 	Dir               string            `yaml:"dir"`
 	Env               map[string]string `yaml:"env"`
@@ -60,6 +64,9 @@ type Section struct {
 	Python   string         `yaml:"python"`
 	Sandbox  SandboxSection `yaml:"sandbox"`
 	Tests    TestsConfig    `yaml:"tests"`
+	// Kubernetes is decoded by controller/kubernetes (kept raw here, so
+	// that this package does not depend on client-go).
+	Kubernetes yaml.Node `yaml:"kubernetes"`
 }
 
 // SandboxSection is the "sandbox:" part of the controller section.

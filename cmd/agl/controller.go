@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/controller/kubernetes"
 	"github.com/aglrl/agl/store"
 )
 
@@ -99,7 +101,15 @@ func runController(ctx context.Context, args []string, stdout io.Writer) error {
 	if fs.NArg() > 0 {
 		cfg.Command = fs.Args()
 	}
-	if len(cfg.Command) == 0 {
+	switch sec.Kind {
+	case "", controller.KindLocal, controller.KindKubernetes:
+	default:
+		return fmt.Errorf("controller: kind %q: want %s or %s", sec.Kind, controller.KindLocal, controller.KindKubernetes)
+	}
+	if sec.Kind != controller.KindKubernetes && sec.Kubernetes.Kind != 0 {
+		return fmt.Errorf("controller: the config has a controller.kubernetes section but controller.kind is %q: set kind: kubernetes", cmp.Or(sec.Kind, controller.KindLocal))
+	}
+	if len(cfg.Command) == 0 && sec.Kind != controller.KindKubernetes {
 		fmt.Fprintln(stdout, "agl controller: no harness command (after -- or controller.command): runs only Agent Lightning rollouts with config.local.agent_class")
 	}
 	cfg.GatewayURL = *gw
@@ -115,8 +125,33 @@ func runController(ctx context.Context, args []string, stdout io.Writer) error {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if sec.Kind == controller.KindKubernetes {
+		b, err := kubernetesBackend(sec, base)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "agl controller: %s, kubernetes namespace %s, concurrency %d\n", cfg.GatewayURL, b.Namespace(), max(cfg.Concurrency, 1))
+		return controller.Serve(ctx, cfg, b)
+	}
 	fmt.Fprintf(stdout, "agl controller: %s, concurrency %d, harness %q\n", cfg.GatewayURL, max(cfg.Concurrency, 1), cfg.Command)
 	return controller.Run(ctx, cfg)
+}
+
+// kubernetesBackend builds the Jobs backend of a kind: kubernetes section:
+// its options, then the cluster client (kubeconfig or in-cluster).
+func kubernetesBackend(sec controller.Section, base string) (*kubernetes.Backend, error) {
+	ks, err := kubernetes.DecodeSection(sec.Kubernetes)
+	if err != nil {
+		return nil, err
+	}
+	o, err := ks.Options(base)
+	if err != nil {
+		return nil, err
+	}
+	if o.Client, err = ks.Client(); err != nil {
+		return nil, err
+	}
+	return kubernetes.New(o)
 }
 
 // listenURL turns a listen address into a URL to reach it locally.

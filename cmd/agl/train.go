@@ -87,6 +87,9 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	if hc.Kind != "" && hc.Kind != controller.KindLocal {
+		return fmt.Errorf("train: controller.kind %s: agl train runs the local controller; run agl controller --config %s for kind %s", hc.Kind, cfgPath, hc.Kind)
+	}
 	if *steps > 0 {
 		tc.Steps = *steps
 	}
