@@ -67,17 +67,7 @@ func (c *runner) alHarness(claim store.Claim, env []string) ([]string, []string,
 	if !ok {
 		return env, c.cfg.Command, nil
 	}
-	mode := "train"
-	if claim.Rollout.Mode == store.ModeVal {
-		mode = "val"
-	}
-	base := c.cfg.GatewayURL + c.cfg.ALPrefix
-	rid := url.PathEscape(claim.Rollout.ID)
-	env = append(env,
-		"AGL_KEY="+claim.Key,
-		"AGL_OPENAI_BASE_URL="+base+"/proxy/rollout/"+rid+"/attempt/0/mode/"+mode+"/openai/v1",
-		"AGL_EVENT_URL="+base+"/api/rollouts/"+rid+"/attempt/0/events",
-	)
+	env = append(env, c.alVars(c.cfg.GatewayURL, claim)...)
 	cmd := c.cfg.Command
 	if spec.Local != nil {
 		vars, err := alEnvMap(claim.Rollout.Task, spec.Local.EnvMap)
@@ -90,6 +80,27 @@ func (c *runner) alHarness(claim store.Claim, env []string) ([]string, []string,
 		}
 	}
 	return env, cmd, nil
+}
+
+// alVars returns AL's variables of an AL rollout's agent — AGL_KEY (the
+// attempt's scoped key), AGL_OPENAI_BASE_URL and AGL_EVENT_URL under
+// gatewayURL (the gateway as the agent reaches it) and the AL prefix — and
+// nil for other rollouts.
+func (c *runner) alVars(gatewayURL string, claim store.Claim) []string {
+	if _, ok := api.ALSpec(claim.Rollout.Metadata); !ok {
+		return nil
+	}
+	mode := "train"
+	if claim.Rollout.Mode == store.ModeVal {
+		mode = "val"
+	}
+	base := strings.TrimRight(gatewayURL, "/") + c.cfg.ALPrefix
+	rid := url.PathEscape(claim.Rollout.ID)
+	return []string{
+		"AGL_KEY=" + claim.Key,
+		"AGL_OPENAI_BASE_URL=" + base + "/proxy/rollout/" + rid + "/attempt/0/mode/" + mode + "/openai/v1",
+		"AGL_EVENT_URL=" + base + "/api/rollouts/" + rid + "/attempt/0/events",
+	}
 }
 
 // alEnvMap is AL's _build_env_from_map: NAME=value for each entry, a

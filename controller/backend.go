@@ -172,7 +172,20 @@ func (at *Attempt) Env(gatewayURL, rewardFile string) []string {
 	if gatewayURL == "" {
 		gatewayURL = at.c.cfg.GatewayURL
 	}
-	return at.c.contractEnv(gatewayURL, at.a.claim, rewardFile)
+	env := at.c.contractEnv(gatewayURL, at.a.claim, rewardFile)
+	// An Agent Lightning rollout's agent also gets AL's variables, as AL's
+	// Kubernetes reconciler sets them.
+	return append(env, at.c.alVars(gatewayURL, at.a.claim)...)
+}
+
+// ALJobTemplate is an Agent Lightning rollout's config.k8s.job_template
+// (AL's Jinja Job template), if it has one.
+func (at *Attempt) ALJobTemplate() (string, bool) {
+	spec, ok := api.ALSpec(at.a.claim.Rollout.Metadata)
+	if !ok || spec.K8s == nil || spec.K8s.JobTemplate == nil || *spec.K8s.JobTemplate == "" {
+		return "", false
+	}
+	return *spec.K8s.JobTemplate, true
 }
 
 // HeartbeatInterval is how often the attempt should heartbeat: the

@@ -154,6 +154,12 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Command) > 0 && c.Command[0] == "" {
 		return c, errors.New("controller: the harness command's program is empty")
 	}
+	return c.defaults()
+}
+
+// defaults checks and completes everything but the command (a Backend may
+// carry its own).
+func (c Config) defaults() (Config, error) {
 	if c.ALPrefix == "" {
 		c.ALPrefix = DefaultALPrefix
 	}
@@ -161,12 +167,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Python == "" {
 		c.Python = "python3"
 	}
-	return c.defaults()
-}
-
-// defaults checks and completes everything but the command (a Backend may
-// carry its own).
-func (c Config) defaults() (Config, error) {
 	if c.GatewayURL == "" {
 		return c, errors.New("controller: no gateway URL configured")
 	}

@@ -34,6 +34,7 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -42,12 +43,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"text/template"
 	"time"
 
+	"github.com/ardanlabs/jinja"
 	"golang.org/x/time/rate"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -303,7 +306,13 @@ func (b *Backend) Manifest(at *controller.Attempt) (*batchv1.Job, error) {
 		}
 	}
 	var out strings.Builder
-	if err := b.o.Template.Execute(&out, data); err != nil {
+	if src, ok := at.ALJobTemplate(); ok {
+		doc, err := renderAL(src, name, r.Task)
+		if err != nil {
+			return nil, err
+		}
+		out.WriteString(doc)
+	} else if err := b.o.Template.Execute(&out, data); err != nil {
 		return nil, fmt.Errorf("job template: %w", err)
 	}
 	job := &batchv1.Job{}
@@ -341,6 +350,70 @@ func (b *Backend) Manifest(at *controller.Attempt) (*batchv1.Job, error) {
 		b.inject(at, &pod.Spec.Containers[i])
 	}
 	return job, nil
+}
+
+// yamlEscape is AL's one custom filter: json.dumps(str(value)), which is
+// Jinja's own `string | tojson` (a JSON string is a YAML scalar).
+var yamlEscape = regexp.MustCompile(`\|\s*yaml_escape\b`)
+
+// renderAL renders an Agent Lightning rollout's config.k8s.job_template as
+// AL v1.0's Kubernetes reconciler does (build_job_spec): a Jinja template
+// of the variables job_name (here the Job's real name) and input (the
+// rollout's input, numbers as Python's json.loads gives them), which must
+// render exactly one YAML document. The Job then gets the same overrides
+// as agl's own templates (name, namespace, labels, backoffLimit 0, TTL,
+// deadline, restartPolicy Never, the env contract plus AL's variables).
+func renderAL(src, jobName string, task json.RawMessage) (string, error) {
+	t, err := jinja.Compile(yamlEscape.ReplaceAllString(src, "| string | tojson"))
+	if err != nil {
+		return "", fmt.Errorf("config.k8s.job_template: %w", err)
+	}
+	var input any
+	if len(task) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(task))
+		dec.UseNumber()
+		if err := dec.Decode(&input); err != nil {
+			return "", fmt.Errorf("task JSON: %w", err)
+		}
+	}
+	out, err := t.Render(map[string]any{"job_name": jobName, "input": pyNumbers(input)})
+	if err != nil {
+		return "", fmt.Errorf("config.k8s.job_template: %w", err)
+	}
+	docs := 0
+	for _, d := range yamlDocSep.Split("\n"+out, -1) {
+		if strings.TrimSpace(d) != "" {
+			docs++
+		}
+	}
+	if docs != 1 {
+		return "", fmt.Errorf("config.k8s.job_template must render exactly one YAML document (rendered %d)", docs)
+	}
+	return out, nil
+}
+
+var yamlDocSep = regexp.MustCompile(`\n---[ \t]*(?:\n|$)`)
+
+// pyNumbers turns json.Numbers into int64 where integral, else float64,
+// as Python's json.loads types them (Jinja prints 3, not 3.0).
+func pyNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = pyNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = pyNumbers(e)
+		}
+	}
+	return v
 }
 
 func merge(dst, src map[string]string) map[string]string {

@@ -699,3 +699,95 @@ func TestJobName(t *testing.T) {
 		seen[n] = true
 	}
 }
+
+// TestALJobTemplate: an Agent Lightning rollout's config.k8s.job_template
+// (AL's Jinja, with job_name, input and yaml_escape) renders the Job as
+// AL's reconciler does, with agl's overrides, the env contract and AL's
+// own variables (AGL_KEY = the scoped key, never the admin key); a
+// template that renders no single Job fails the attempt naming why.
+func TestALJobTemplate(t *testing.T) {
+	const tmpl = `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ job_name }}
+  labels: {task: {{ input.name | yaml_escape }}}
+spec:
+  template:
+    spec:
+      containers:
+      - name: agent
+        image: registry.example/al-agent:1
+        args: [{{ input.question | yaml_escape }}, "{{ input.n }}"{% if input.fast %}, "--fast"{% endif %}]
+        env:
+        - {name: AGL_KEY, value: stale}
+`
+	alMeta := func(tmpl string) string {
+		b, _ := json.Marshal(map[string]any{"_al": map[string]any{"config": map[string]any{"k8s": map[string]any{"job_template": tmpl}}}})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name, template, want string
+	}{
+		{name: "renders", template: tmpl},
+		{name: "two documents", template: tmpl + "---\n" + tmpl, want: "exactly one YAML document (rendered 2)"},
+		{name: "bad jinja", template: "kind: Job\nname: {{ job_name ", want: "config.k8s.job_template"},
+		{name: "not a Job", template: "apiVersion: v1\nkind: Pod\n", want: `want apiVersion batch/v1, kind Job`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGateway(t)
+			cs := fakeClient()
+			cl := newCluster(t, cs)
+			rs, err := g.st.CreateRollouts(context.Background(), []store.NewRollout{{
+				Task: json.RawMessage(`{"name":"q: \"1\"","question":"what is 2+3?","n":3,"fast":true}`), Mode: store.ModeVal,
+				Metadata: json.RawMessage(alMeta(tc.template)),
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := rs[0].ID
+			r := serve(t, g, controller.Config{}, opts(cs))
+			if tc.want != "" {
+				g.waitTerminal(t, id, 10*time.Second)
+				r.stop(t)
+				got := g.rollout(t, id)
+				if msg := attemptError(got); got.Status != store.RolloutFailed || !strings.Contains(msg, tc.want) {
+					t.Fatalf("rollout %s, attempt error %q, want failed with %q", got.Status, msg, tc.want)
+				}
+				if n := len(cl.created()); n != 0 {
+					t.Fatalf("%d jobs created", n)
+				}
+				return
+			}
+			waitFor(t, "the job", func() bool { return len(cl.created()) == 1 })
+			r.stop(t)
+			j := cl.job(cl.created()[0])
+			aid := g.rollout(t, id).Attempts[0].ID
+			c := j.Spec.Template.Spec.Containers[0]
+			if j.Name != kubernetes.JobName(id, aid) || j.Labels["task"] != `q: "1"` || strings.Join(c.Args, "|") != "what is 2+3?|3|--fast" {
+				t.Fatalf("job %s labels %v args %q", j.Name, j.Labels, c.Args)
+			}
+			if j.Spec.BackoffLimit == nil || *j.Spec.BackoffLimit != 0 || j.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever || j.Labels[kubernetes.LabelManagedBy] != "agl" {
+				t.Fatalf("agl's overrides missing: backoff %v restart %s labels %v", j.Spec.BackoffLimit, j.Spec.Template.Spec.RestartPolicy, j.Labels)
+			}
+			al := podGateway + "/al"
+			want := map[string]string{
+				"AGL_OPENAI_BASE_URL": al + "/proxy/rollout/" + id + "/attempt/0/mode/val/openai/v1",
+				"AGL_EVENT_URL":       al + "/api/rollouts/" + id + "/attempt/0/events",
+				"OPENAI_BASE_URL":     podGateway + "/r/" + id + "/" + aid + "/v1",
+			}
+			for k, v := range want {
+				if got := envOf(c, k); got != v {
+					t.Errorf("%s=%q, want %q", k, got, v)
+				}
+			}
+			if key := envOf(c, "AGL_KEY"); !strings.HasPrefix(key, store.KeyPrefix) || key != envOf(c, "OPENAI_API_KEY") {
+				t.Errorf("AGL_KEY %q, want the attempt's scoped key", key)
+			}
+			for _, e := range c.Env {
+				if e.Value == adminKey {
+					t.Errorf("env %s holds the admin key", e.Name)
+				}
+			}
+		})
+	}
+}
