@@ -571,6 +571,7 @@ func (c *runner) heartbeat(ctx context.Context, a *attempt, cancel context.Cance
 
 // finish handles a harness that exited by itself: logs, reward, completion.
 func (c *runner) finish(ctx context.Context, a *attempt, werr error) {
+	c.keepWorkspace(a) // before the attempt completes: whoever sees it ended finds the copy
 	c.appendLogs(ctx, a)
 	code := exitCode(werr)
 	if werr != nil {

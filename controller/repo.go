@@ -147,6 +147,7 @@ type repoAttempt struct {
 	task     *RepoTask
 	ws       string // the workspace
 	mounted  bool   // ws is a tmpfs of the disk limit
+	kept     bool   // the final workspace was copied to keep_workspaces
 	pristine string // the hidden files, as in the snapshot
 	spec     sandbox.Spec
 	exec     string       // AGL_SANDBOX_EXEC
@@ -227,22 +228,33 @@ func (c *runner) prepareRepo(ctx context.Context, a *attempt) error {
 	return nil
 }
 
-// cleanupRepo keeps the final workspace if configured, then unmounts it
-// (the attempt's dir is removed after).
+// keepWorkspace copies a repository task's final workspace to
+// sandbox.keep_workspaces/ROLLOUT-ATTEMPT, if configured (once the harness
+// has ended, before the attempt completes).
+func (c *runner) keepWorkspace(a *attempt) {
+	r := a.repo
+	keep := c.cfg.Sandbox.KeepWorkspaces
+	if r == nil || keep == "" || r.kept {
+		return
+	}
+	r.kept = true
+	dst := filepath.Join(keep, a.rid+"-"+a.aid)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		a.log.Warn("controller: keep workspace", "err", err)
+	} else if err := sandbox.CopyTree(r.ws, dst, nil); err != nil {
+		a.log.Warn("controller: keep workspace", "err", err)
+	}
+}
+
+// cleanupRepo keeps the final workspace if configured and not yet kept,
+// then unmounts it (the attempt's dir is removed after).
 func (c *runner) cleanupRepo(a *attempt) {
 	r := a.repo
 	if r == nil {
 		return
 	}
 	r.closeDoor()
-	if keep := c.cfg.Sandbox.KeepWorkspaces; keep != "" {
-		dst := filepath.Join(keep, a.rid+"-"+a.aid)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			a.log.Warn("controller: keep workspace", "err", err)
-		} else if err := sandbox.CopyTree(r.ws, dst, nil); err != nil {
-			a.log.Warn("controller: keep workspace", "err", err)
-		}
-	}
+	c.keepWorkspace(a)
 	if r.mounted {
 		if err := sandbox.Unmount(r.ws); err != nil {
 			a.log.Warn("controller: remove workspace", "err", err)
