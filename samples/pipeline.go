@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -74,6 +75,19 @@ type Stats struct {
 	StaleGroups   int     `json:"stale_groups,omitempty"`
 	StaleRollouts int     `json:"stale_rollouts,omitempty"`
 	StaleSamples  int     `json:"stale_samples,omitempty"`
+	// LengthPenalty sums the penalties taken off the rewards of the
+	// Penalized rollouts (RewardConfig.LengthPenalty).
+	LengthPenalty float64 `json:"length_penalty,omitempty"`
+	Penalized     int     `json:"penalized_rollouts,omitempty"`
+}
+
+// responseTokens counts the tokens generated for calls.
+func responseTokens(calls []api.ModelCall) int {
+	n := 0
+	for _, c := range calls {
+		n += len(c.ResponseIDs)
+	}
+	return n
 }
 
 // Result is the output of FromRollouts.
@@ -134,6 +148,11 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 		}
 		rw := ResolveReward(cfg.Reward, evs, att)
 		res.Stats.BadRewards += rw.Bad
+		if pen := LengthPenalty(cfg.Reward.LengthPenalty, responseTokens(calls), cfg.Reward.LengthPenaltyTokens); pen > 0 && !rw.Missing {
+			rw.Value -= pen
+			res.Stats.LengthPenalty += pen
+			res.Stats.Penalized++
+		}
 		if rw.Missing {
 			res.Stats.MissingReward++
 			if cfg.DropMissingReward {

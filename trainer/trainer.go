@@ -109,6 +109,17 @@ type Config struct {
 	LengthRule     string `yaml:"length_rule"`
 	// MicroBatchTokens bounds one forward/backward pass (default 4096).
 	MicroBatchTokens int `yaml:"micro_batch_tokens"`
+	// DropUniformGroups (default true) leaves out the groups whose
+	// rewards are all equal: their advantages are all 0, they would only
+	// cost compute. Counted in the metrics (dropped_groups of groups) and
+	// the progress line. false trains them with advantage 0.
+	DropUniformGroups *bool `yaml:"drop_uniform_groups"`
+	// LengthPenalty λ and LengthPenaltyTokens L (default 1024): the reward
+	// trained on is R − λ·min(1, T/L), T the response tokens of the
+	// rollout's calls (samples.RewardConfig); reported rewards and the
+	// success rate are unchanged. 0: off.
+	LengthPenalty       float64 `yaml:"length_penalty"`
+	LengthPenaltyTokens int     `yaml:"length_penalty_tokens"`
 }
 
 func (c Config) withDefaults() Config {
@@ -122,6 +133,11 @@ func (c Config) withDefaults() Config {
 	def(&c.GroupSize, 4)
 	def(&c.CheckpointEvery, 1)
 	def(&c.MicroBatchTokens, 4096)
+	def(&c.LengthPenaltyTokens, 1024)
+	if c.DropUniformGroups == nil {
+		drop := true
+		c.DropUniformGroups = &drop
+	}
 	if c.ValFraction <= 0 {
 		c.ValFraction = 0.2
 	}
@@ -176,7 +192,8 @@ func (c Config) samplesConfig() samples.Config {
 	return samples.Config{
 		Build: samples.BuildConfig{NoMerge: c.NoMerge, MaxPromptLen: c.MaxPromptLen, MaxResponseLen: c.MaxResponseLen,
 			MaxSeqLen: c.MaxSeqLen, Rule: samples.LengthRule(c.LengthRule)},
-		Advantage:   samples.AdvantageConfig{Estimator: samples.Estimator(c.Estimator), DropZeroVariance: true},
+		Reward:      samples.RewardConfig{LengthPenalty: c.LengthPenalty, LengthPenaltyTokens: c.LengthPenaltyTokens},
+		Advantage:   samples.AdvantageConfig{Estimator: samples.Estimator(c.Estimator), DropZeroVariance: c.DropUniformGroups == nil || *c.DropUniformGroups},
 		Credit:      samples.CreditConfig{Mode: samples.Credit(c.Credit), Gamma: c.Gamma},
 		Aggregation: samples.Aggregation(c.Aggregation),
 		TrainAgents: c.TrainAgents,
@@ -201,6 +218,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("trainer: on_stale %q: want drop or keep", c.OnStale)
 	case c.TISCap < 0:
 		return fmt.Errorf("trainer: tis_cap %v is negative", c.TISCap)
+	case c.LengthPenalty < 0 || math.IsNaN(c.LengthPenalty) || math.IsInf(c.LengthPenalty, 0):
+		return fmt.Errorf("trainer: length_penalty %v: want a finite value ≥ 0", c.LengthPenalty)
 	}
 	return nil
 }
@@ -268,7 +287,10 @@ type StepMetrics struct {
 	Samples       int       `json:"samples,omitempty"`
 	Tokens        int       `json:"tokens,omitempty"`
 	TrainedTokens int       `json:"trained_tokens,omitempty"`
+	Groups        int       `json:"groups,omitempty"`
 	DroppedGroups int       `json:"dropped_groups,omitempty"`
+	// LengthPenalty is the mean penalty taken off the trained rewards.
+	LengthPenalty float64 `json:"length_penalty_mean,omitempty"`
 	Loss          float64   `json:"loss,omitempty"`
 	GradNorm      float64   `json:"grad_norm,omitempty"`
 	RolloutSecs   float64   `json:"rollout_seconds"`
@@ -399,8 +421,8 @@ func (l *Loop) progress(m StepMetrics, start time.Time) {
 	eta := time.Duration(float64(el) / max(done, 1e-9) * (1 - done)).Round(time.Second)
 	const width = 20
 	bar := bytes.Repeat([]byte("="), int(done*width))
-	fmt.Fprintf(l.out, "[%-*s] step %d/%d  reward %.3f  success %.0f%%  %.0f tok/s  gnorm %.3g  kl %.2g  clip %.3f  ent %.3f  v%d  elapsed %s  ETA %s\n",
-		width, bar, l.state.Step, l.cfg.Steps, m.RewardMean, 100*m.SuccessRate, m.TokensPerSec, m.GradNorm, m.ApproxKL, m.ClipFrac, m.Entropy, l.state.Version,
+	fmt.Fprintf(l.out, "[%-*s] step %d/%d  reward %.3f  success %.0f%%  dropped %d/%d groups  %.0f tok/s  gnorm %.3g  kl %.2g  clip %.3f  ent %.3f  v%d  elapsed %s  ETA %s\n",
+		width, bar, l.state.Step, l.cfg.Steps, m.RewardMean, 100*m.SuccessRate, m.DroppedGroups, m.Groups, m.TokensPerSec, m.GradNorm, m.ApproxKL, m.ClipFrac, m.Entropy, l.state.Version,
 		el.Round(time.Second), eta)
 }
 
@@ -465,7 +487,10 @@ func (l *Loop) step(ctx context.Context) (StepMetrics, error) {
 	}
 	m.Samples, m.Tokens, m.TrainedTokens = res.Stats.Samples, res.Stats.Tokens, res.Stats.TrainedTokens
 	m.TrainedByAgent, m.DuplicateCalls = res.Stats.TrainedByAgent, res.Stats.Duplicates
-	m.DroppedGroups = res.Stats.Groups.Dropped
+	m.Groups, m.DroppedGroups = res.Stats.Groups.Groups, res.Stats.Groups.Dropped
+	if res.Stats.Rollouts > 0 {
+		m.LengthPenalty = res.Stats.LengthPenalty / float64(res.Stats.Rollouts)
+	}
 	m.StalenessMean, m.StalenessMax = res.Stats.StalenessMean, res.Stats.StalenessMax
 	m.StaleGroups, m.StaleSamples = res.Stats.StaleGroups, res.Stats.StaleSamples
 	t1 := time.Now()

@@ -48,6 +48,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad agent", Config{TrainAgents: []string{"a b"}}, "train_agents"},
 		{"unknown length rule", Config{LengthRule: "cut"}, `"cut"`},
 		{"negative length", Config{MaxResponseLen: -5}, "negative"},
+		{"negative length penalty", Config{LengthPenalty: -0.1}, "length_penalty"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
