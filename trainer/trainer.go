@@ -289,13 +289,11 @@ type StepMetrics struct {
 	TrainedTokens int       `json:"trained_tokens,omitempty"`
 	Groups        int       `json:"groups,omitempty"`
 	DroppedGroups int       `json:"dropped_groups,omitempty"`
-	// LengthPenalty is the mean penalty taken off the trained rewards.
-	LengthPenalty float64 `json:"length_penalty_mean,omitempty"`
-	Loss          float64 `json:"loss,omitempty"`
-	GradNorm      float64 `json:"grad_norm,omitempty"`
-	RolloutSecs   float64 `json:"rollout_seconds"`
-	TrainSecs     float64 `json:"train_seconds,omitempty"`
-	TokensPerSec  float64 `json:"tokens_per_second,omitempty"`
+	Loss          float64   `json:"loss,omitempty"`
+	GradNorm      float64   `json:"grad_norm,omitempty"`
+	RolloutSecs   float64   `json:"rollout_seconds"`
+	TrainSecs     float64   `json:"train_seconds,omitempty"`
+	TokensPerSec  float64   `json:"tokens_per_second,omitempty"`
 
 	// Entropy, ClipFrac and ApproxKL are the policy step's token means
 	// (over trained tokens, micro-batches weighted by their tokens): the
@@ -320,6 +318,8 @@ type StepMetrics struct {
 	// Replaced counts rollouts run again because a stop of the run cut
 	// them off (see Interrupted).
 	Replaced int `json:"replaced_rollouts,omitempty"`
+	// LengthPenalty is the mean penalty taken off the trained rewards.
+	LengthPenalty float64 `json:"length_penalty_mean,omitempty"`
 }
 
 // New prepares a loop. tr holds the weights being trained (already resumed
