@@ -219,6 +219,21 @@ func GatewayOwned(t string) bool {
 	return t == store.EventModelRequest || t == store.EventSpan
 }
 
+// Event types the controller appends (with the admin key) for repository
+// tasks: the test-based evaluation and what the sandbox saw.
+const (
+	EventTests   = "tests"
+	EventSandbox = "sandbox"
+)
+
+// ControllerOwned reports whether only the controller writes events of
+// type t (a repository task's test results and sandbox diagnostics): a
+// scoped attempt key may not append them, so that a harness cannot forge
+// a test result.
+func ControllerOwned(t string) bool {
+	return t == EventTests || t == EventSandbox
+}
+
 // FieldError is an appended event refused at the door: Status is 403 for a
 // type or field the caller may not write, 400 for a bad value; Field names
 // it ("events[0].data.value").
@@ -247,6 +262,8 @@ func CheckEvents(evs []store.NewEvent, harness bool, maxAbs float64) *FieldError
 			return &FieldError{http.StatusBadRequest, field + ".type", "event type is required"}
 		case harness && GatewayOwned(e.Type):
 			return &FieldError{http.StatusForbidden, field + ".type", e.Type + " events are recorded by the gateway, not posted by harnesses"}
+		case harness && ControllerOwned(e.Type):
+			return &FieldError{http.StatusForbidden, field + ".type", e.Type + " events are recorded by the controller, not posted by harnesses"}
 		case e.Type == store.EventReward:
 			if fe := checkReward(e.Data, harness, maxAbs); fe != nil {
 				fe.Field = field + ".data" + fe.Field

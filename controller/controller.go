@@ -121,6 +121,14 @@ type Config struct {
 	Logger *slog.Logger
 	// HTTP is the client used to reach the gateway (default: 90s timeout).
 	HTTP *http.Client
+	// Sandbox and Tests configure repository tasks (see repo.go): tasks
+	// with a "repo" field run in a sandbox and get the test-based reward,
+	// whatever RewardSource says.
+	Sandbox SandboxConfig
+	Tests   TestsConfig
+	// Agl is the agl executable behind AGL_SANDBOX_EXEC (`agl sandbox
+	// exec`; default os.Executable()).
+	Agl string
 }
 
 // Reward sources (Config.RewardSource).
@@ -202,7 +210,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return c, nil
+	return c.repoDefaults()
 }
 
 // Stopped is the error of an attempt failed because its controller stopped.
@@ -302,6 +310,8 @@ type attempt struct {
 	// secrets are redacted from everything stored from the attempt's
 	// output: its scoped key and the admin key.
 	secrets []string
+	// repo is set for a repository task.
+	repo *repoAttempt
 }
 
 func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
@@ -335,6 +345,11 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		return
 	}
 	a.env = c.env(claim, rewardPath)
+	defer c.cleanupRepo(a)
+	if err := c.prepareRepo(ctx, a); err != nil {
+		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+		return
+	}
 
 	outF, err1 := os.Create(a.outPath)
 	errF, err2 := os.Create(a.errPath)
@@ -343,8 +358,13 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
 		return
 	}
-	cmd := exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = c.cfg.Dir, a.env, outF, errF
+	cmd, err := c.harnessCommand(a)
+	if err != nil {
+		closeAll(outF, errF)
+		c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+		return
+	}
+	cmd.Stdout, cmd.Stderr = outF, errF
 	setGroup(cmd)
 	err = procs.start(cmd)
 	closeAll(outF, errF) // the child holds its own copies
@@ -362,6 +382,9 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 
 	var deadline <-chan time.Time
 	timeout := time.Duration(claim.Rollout.Config.TimeoutSeconds * float64(time.Second))
+	if a.repo != nil {
+		timeout = a.repo.timeout(timeout)
+	}
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
@@ -618,18 +641,12 @@ func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 		return fmt.Errorf("reward file: %w", err)
 	}
 	b = bytes.TrimSpace(b)
+	if a.repo != nil {
+		c.keepHarnessReward(ctx, a, b)
+		return c.testsReward(ctx, a)
+	}
 	if c.cfg.RewardSource == RewardEvaluator {
-		if len(b) > 0 {
-			// A diagnostic, never the reward.
-			text := a.redact(truncate(string(b), c.cfg.LogTailBytes))
-			d, _ := json.Marshal(struct {
-				Text  string `json:"text"`
-				Bytes int    `json:"bytes"`
-			}{text, len(b)})
-			if err := c.append(ctx, a, store.NewEvent{Type: EventHarnessReward, Data: d}); err != nil {
-				a.log.Warn("controller: record the harness's reward file", "err", err)
-			}
-		}
+		c.keepHarnessReward(ctx, a, b)
 		return c.evaluatorReward(ctx, a, code)
 	}
 	if len(b) > 0 {
@@ -654,6 +671,22 @@ func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 		}
 	}
 	return c.evaluatorReward(ctx, a, code)
+}
+
+// keepHarnessReward keeps a non-empty reward file as a diagnostic, never
+// the reward.
+func (c *runner) keepHarnessReward(ctx context.Context, a *attempt, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	text := a.redact(truncate(string(b), c.cfg.LogTailBytes))
+	d, _ := json.Marshal(struct {
+		Text  string `json:"text"`
+		Bytes int    `json:"bytes"`
+	}{text, len(b)})
+	if err := c.append(ctx, a, store.NewEvent{Type: EventHarnessReward, Data: d}); err != nil {
+		a.log.Warn("controller: record the harness's reward file", "err", err)
+	}
 }
 
 // evaluatorReward runs the evaluator and appends its reward.

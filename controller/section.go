@@ -23,6 +23,22 @@ import (
 //	  evaluator_timeout: 60s
 //	  log_tail_bytes: 4096
 //	  kill_grace: 5s
+//	  sandbox:                         # repository tasks (tasks with "repo"); see controller/repo.go
+//	    harness: outside               # outside (AGL_SANDBOX_EXEC) | inside (the harness runs in the sandbox)
+//	    timeout: 60s                   # wall time per command
+//	    cpu_seconds: 120               # CPU time per process (default 2x timeout)
+//	    memory_bytes: 2147483648       # per command (cgroup v1 memory; else RLIMIT_AS)
+//	    processes: 256                 # per command (cgroup v1 pids; else RLIMIT_NPROC)
+//	    disk_bytes: 1073741824         # the workspace (a tmpfs when root) and /tmp, each
+//	    output_bytes: 1048576          # stdout and stderr, each, per command
+//	    read_only: [/opt/tool]         # extra host paths bound read-only
+//	    env: {PYTHONDONTWRITEBYTECODE: "1"}
+//	    keep_workspaces: kept          # copy final workspaces here (default: removed)
+//	    bwrap: bwrap
+//	  tests:                           # the test-based reward of repository tasks
+//	    timeout: 300s
+//	    partial_credit: false          # true: fraction of fail_to_pass passing, 0 if a pass_to_pass fails
+//	    log_tail_bytes: 8192
 type Section struct {
 	Command           []string          `yaml:"command"`
 	Dir               string            `yaml:"dir"`
@@ -37,6 +53,14 @@ type Section struct {
 	EvaluatorTimeout  time.Duration     `yaml:"evaluator_timeout"`
 	LogTailBytes      int               `yaml:"log_tail_bytes"`
 	KillGrace         time.Duration     `yaml:"kill_grace"`
+	Sandbox           SandboxSection    `yaml:"sandbox"`
+	Tests             TestsConfig       `yaml:"tests"`
+}
+
+// SandboxSection is the "sandbox:" part of the controller section.
+type SandboxSection struct {
+	SandboxConfig `yaml:",inline"`
+	Env           map[string]string `yaml:"env"`
 }
 
 // Config returns the run configuration the section describes (without the
@@ -47,18 +71,29 @@ func (s Section) Config(base string) Config {
 	if base != "" && !filepath.IsAbs(dir) {
 		dir = filepath.Join(base, dir)
 	}
-	keys := make([]string, 0, len(s.Env))
-	for k := range s.Env {
+	sb := s.Sandbox.SandboxConfig
+	sb.Env = envList(s.Sandbox.Env)
+	if sb.KeepWorkspaces != "" && base != "" && !filepath.IsAbs(sb.KeepWorkspaces) {
+		sb.KeepWorkspaces = filepath.Join(base, sb.KeepWorkspaces)
+	}
+	return Config{
+		Command: s.Command, Dir: dir, Env: envList(s.Env), Concurrency: s.Concurrency, WorkerID: s.Worker, Mode: s.Mode,
+		Evaluator: s.Evaluator, RewardSource: s.RewardSource, HeartbeatInterval: s.HeartbeatInterval, PollInterval: s.PollInterval,
+		EvaluatorTimeout: s.EvaluatorTimeout, LogTailBytes: s.LogTailBytes, KillGrace: s.KillGrace,
+		Sandbox: sb, Tests: s.Tests,
+	}
+}
+
+// envList turns a map into sorted KEY=VALUE entries.
+func envList(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var env []string
 	for _, k := range keys {
-		env = append(env, k+"="+s.Env[k])
+		env = append(env, k+"="+m[k])
 	}
-	return Config{
-		Command: s.Command, Dir: dir, Env: env, Concurrency: s.Concurrency, WorkerID: s.Worker, Mode: s.Mode,
-		Evaluator: s.Evaluator, RewardSource: s.RewardSource, HeartbeatInterval: s.HeartbeatInterval, PollInterval: s.PollInterval,
-		EvaluatorTimeout: s.EvaluatorTimeout, LogTailBytes: s.LogTailBytes, KillGrace: s.KillGrace,
-	}
+	return env
 }

@@ -32,6 +32,7 @@ func commands() []command {
 		{"model", "create or inspect a model (init --config FILE|--preset NAME --out DIR | info DIR)", runModel},
 		{"sft", "supervised warm start on a JSONL of conversations", runSFT},
 		{"store", "check and repair a data dir's store (recover --data-dir DIR)", runStore},
+		{"sandbox", "run a command in a repository task's sandbox (exec --spec FILE -- COMMAND…)", runSandbox},
 		{"export", "write training samples of terminal rollouts as JSONL or Parquet", runExport},
 		{"version", "print the version", runVersion},
 	}

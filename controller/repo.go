@@ -1,0 +1,524 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/sandbox"
+	"github.com/aglrl/agl/store"
+)
+
+// RepoTask is a repository task: a task JSON object with a "repo" field.
+// The harness sees it without the fields that would give the tests away
+// (RepoTask.harnessView).
+type RepoTask struct {
+	ID               string `json:"id"`
+	Repo             string `json:"repo"`
+	ProblemStatement string `json:"problem_statement"`
+	// TestCommand runs with `sh -c` in the sandbox, cwd = the workspace;
+	// "{tests}" becomes the shell-quoted ids of FailToPass+PassToPass.
+	TestCommand string `json:"test_command"`
+	// TestFormat says how to read the test output: TestsUnittest
+	// (default) or TestsGo.
+	TestFormat  string   `json:"test_format"`
+	FailToPass  []string `json:"fail_to_pass"`
+	PassToPass  []string `json:"pass_to_pass"`
+	HiddenFiles []string `json:"hidden_files"`
+	// SetupCommand, if set, runs in the sandbox before the harness.
+	SetupCommand   string  `json:"setup_command"`
+	MaxTurns       int     `json:"max_turns"`
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+}
+
+// secretTaskFields are the task fields a harness never sees.
+var secretTaskFields = []string{"repo", "test_command", "test_format", "fail_to_pass", "pass_to_pass", "hidden_files"}
+
+// ParseRepoTask returns the repository task in raw, or nil when raw is not
+// one (not an object, or no "repo"); a repository task with bad fields is
+// an error naming the field.
+func ParseRepoTask(raw json.RawMessage) (*RepoTask, error) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(raw, &probe) != nil || probe["repo"] == nil {
+		return nil, nil
+	}
+	var t RepoTask
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return nil, fmt.Errorf("repository task: %w", err)
+	}
+	switch {
+	case t.Repo == "":
+		return nil, errors.New("repository task: repo is empty")
+	case strings.TrimSpace(t.TestCommand) == "":
+		return nil, errors.New("repository task: test_command is required")
+	case len(t.FailToPass)+len(t.PassToPass) == 0:
+		return nil, errors.New("repository task: fail_to_pass and pass_to_pass are both empty: nothing decides the reward")
+	}
+	if t.TestFormat == "" {
+		t.TestFormat = TestsUnittest
+	}
+	if t.TestFormat != TestsUnittest && t.TestFormat != TestsGo {
+		return nil, fmt.Errorf("repository task: test_format %q: want %s or %s", t.TestFormat, TestsUnittest, TestsGo)
+	}
+	h, err := sandbox.CheckHidden(t.HiddenFiles)
+	if err != nil {
+		return nil, fmt.Errorf("repository task: %w", err)
+	}
+	t.HiddenFiles = h
+	return &t, nil
+}
+
+// harnessView is the task JSON the harness gets: raw without
+// secretTaskFields.
+func harnessView(raw json.RawMessage) (string, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return "", err
+	}
+	for _, k := range secretTaskFields {
+		delete(m, k)
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+// Harness shapes (SandboxConfig.Harness).
+const (
+	// HarnessOutside: the harness runs on the host and runs the model's
+	// commands with AGL_SANDBOX_EXEC.
+	HarnessOutside = "outside"
+	// HarnessInside: the whole harness command runs in the sandbox, with
+	// only its attempt's gateway routes reachable.
+	HarnessInside = "inside"
+)
+
+// SandboxConfig configures repository tasks' sandboxes.
+type SandboxConfig struct {
+	// Harness is HarnessOutside (default) or HarnessInside.
+	Harness string `yaml:"harness"`
+	// Limits bound every command (and, with HarnessInside, the harness;
+	// its timeout is then the attempt's).
+	sandbox.Limits `yaml:",inline"`
+	// ReadOnly lists extra host paths bound read-only (an interpreter
+	// outside /usr, a CLI's install dir).
+	ReadOnly []string `yaml:"read_only"`
+	// Env is added to the sandbox's environment (KEY=VALUE).
+	Env []string `yaml:"-"`
+	// KeepWorkspaces, if set, is a directory each final workspace is
+	// copied to (as ROLLOUT-ATTEMPT) before it is removed.
+	KeepWorkspaces string `yaml:"keep_workspaces"`
+	// Bwrap is the bubblewrap executable (default: bwrap in PATH).
+	Bwrap string `yaml:"bwrap"`
+}
+
+// TestsConfig configures the test-based reward of repository tasks.
+type TestsConfig struct {
+	// Timeout bounds the test command (default 300s).
+	Timeout time.Duration `yaml:"timeout"`
+	// PartialCredit: the reward is the fraction of fail_to_pass tests that
+	// pass (0 if any pass_to_pass test fails) instead of 1 or 0.
+	PartialCredit bool `yaml:"partial_credit"`
+	// LogTailBytes is how much of the test output the tests event keeps
+	// (default 8192).
+	LogTailBytes int `yaml:"log_tail_bytes"`
+}
+
+// Event types the controller appends for repository tasks; a scoped key
+// cannot append them (api.ControllerOwned).
+const (
+	// EventTests holds the test-based evaluation (testsData).
+	EventTests = api.EventTests
+	// EventSandbox holds what the sandbox saw (sandboxData).
+	EventSandbox = api.EventSandbox
+)
+
+// repoAttempt is the repository side of one attempt.
+type repoAttempt struct {
+	task     *RepoTask
+	ws       string // the workspace
+	mounted  bool   // ws is a tmpfs of the disk limit
+	pristine string // the hidden files, as in the snapshot
+	spec     sandbox.Spec
+	exec     string // AGL_SANDBOX_EXEC
+	setup    *sandbox.Result
+}
+
+// prepareRepo sets up a repository task's workspace, sandbox spec and
+// AGL_SANDBOX_EXEC, runs its setup command and fixes the harness's
+// environment; a task that is not a repository task is left alone.
+func (c *runner) prepareRepo(ctx context.Context, a *attempt) error {
+	t, err := ParseRepoTask(a.claim.Rollout.Task)
+	if err != nil || t == nil {
+		return err
+	}
+	r := &repoAttempt{task: t, ws: filepath.Join(a.dir, "workspace"), pristine: filepath.Join(a.dir, "hidden")}
+	a.repo = r
+	if err := os.Mkdir(r.ws, 0o755); err != nil {
+		return err
+	}
+	lim := c.cfg.Sandbox.Limits.WithDefaults()
+	r.mounted = sandbox.MountWorkspace(r.ws, lim.DiskBytes)
+	src := t.Repo
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(c.cfg.Dir, src)
+	}
+	if err := sandbox.Prepare(src, r.ws, r.pristine, t.HiddenFiles); err != nil {
+		return err
+	}
+	r.spec = sandbox.Spec{Workspace: r.ws, ReadOnly: c.cfg.Sandbox.ReadOnly, Env: c.cfg.Sandbox.Env, Limits: lim, Journal: filepath.Join(a.dir, "sandbox.journal"), Bwrap: c.cfg.Sandbox.Bwrap,
+		// The controller's sweep tells the attempt's processes by this.
+		HostEnv: []string{"AGL_ATTEMPT_ID=" + a.aid}, Start: procs.startUnregistered}
+	specPath := filepath.Join(a.dir, "sandbox.json")
+	if err := r.spec.Save(specPath); err != nil {
+		return err
+	}
+	r.exec = filepath.Join(a.dir, "sandbox-exec")
+	script := "#!/bin/sh\nexec " + shellQuote(c.cfg.Agl) + " sandbox exec --spec " + shellQuote(specPath) + " -- \"$@\"\n"
+	if err := os.WriteFile(r.exec, []byte(script), 0o700); err != nil {
+		return err
+	}
+	if t.SetupCommand != "" {
+		var out tailBuffer
+		out.max = c.cfg.LogTailBytes
+		res, err := sandbox.Run(ctx, r.spec, []string{"sh", "-c", t.SetupCommand}, nil, &out, &out)
+		if err != nil {
+			return fmt.Errorf("setup_command: %w", err)
+		}
+		r.setup = &res
+		if res.Exit != 0 {
+			return fmt.Errorf("setup_command: exit status %d: %s", res.Exit, lastLine(out.String()))
+		}
+	}
+	view, err := harnessView(a.claim.Rollout.Task)
+	if err != nil {
+		return err
+	}
+	for i, kv := range a.env {
+		if strings.HasPrefix(kv, "AGL_TASK=") {
+			a.env[i] = "AGL_TASK=" + view
+		}
+	}
+	a.env = append(a.env, "AGL_SANDBOX_EXEC="+r.exec)
+	return nil
+}
+
+// cleanupRepo keeps the final workspace if configured, then unmounts it
+// (the attempt's dir is removed after).
+func (c *runner) cleanupRepo(a *attempt) {
+	r := a.repo
+	if r == nil {
+		return
+	}
+	if keep := c.cfg.Sandbox.KeepWorkspaces; keep != "" {
+		dst := filepath.Join(keep, a.rid+"-"+a.aid)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			a.log.Warn("controller: keep workspace", "err", err)
+		} else if err := sandbox.CopyTree(r.ws, dst, nil); err != nil {
+			a.log.Warn("controller: keep workspace", "err", err)
+		}
+	}
+	if r.mounted {
+		if err := sandbox.Unmount(r.ws); err != nil {
+			a.log.Warn("controller: remove workspace", "err", err)
+		}
+	}
+}
+
+// Test output formats (RepoTask.TestFormat).
+const (
+	// TestsUnittest reads Python `unittest -v` lines
+	// "name (module.Class.name) ... ok|FAIL|ERROR|skipped …".
+	TestsUnittest = "unittest"
+	// TestsGo reads `go test -v` lines "--- PASS|FAIL|SKIP: Name".
+	TestsGo = "gotest"
+)
+
+// testsData is the data of a tests event.
+type testsData struct {
+	Reward   float64 `json:"reward"`
+	Resolved bool    `json:"resolved"`
+	// Reason says why the reward is not 1 ("" when it is).
+	Reason        string            `json:"reason,omitempty"`
+	PartialCredit bool              `json:"partial_credit,omitempty"`
+	FailToPass    map[string]string `json:"fail_to_pass"`
+	PassToPass    map[string]string `json:"pass_to_pass"`
+	Exit          int               `json:"exit"`
+	TimedOut      bool              `json:"timed_out,omitempty"`
+	Duration      float64           `json:"duration_s"`
+	// HiddenFilesChanged lists hidden paths the agent's workspace held at
+	// the end (made or changed by the agent; replaced before the run).
+	HiddenFilesChanged []string `json:"hidden_files_changed,omitempty"`
+	Log                string   `json:"log"`
+	LogBytes           int64    `json:"log_bytes"`
+}
+
+// Test statuses in a tests event.
+const (
+	testPassed  = "passed"
+	testFailed  = "failed"
+	testError   = "error"
+	testSkipped = "skipped"
+	testMissing = "missing"
+)
+
+// sandboxData is the data of a sandbox event: what the harness's sandboxed
+// commands did, and which limits stopped them.
+type sandboxData struct {
+	Commands int `json:"commands"`
+	// Limited counts the commands that hit each limit (timeout, output,
+	// memory, processes, disk).
+	Limited map[string]int `json:"limited,omitempty"`
+	// Cgroups is false when memory and processes were bounded by rlimits.
+	Cgroups bool `json:"cgroups"`
+	// DiskLimit is false when the workspace could not be a tmpfs (not
+	// root): its disk use was then unbounded.
+	DiskLimit bool `json:"disk_limit"`
+	// Harness is the shape: outside or inside.
+	Harness string `json:"harness"`
+}
+
+// recordSandbox appends the sandbox event from the attempt's journal.
+func (c *runner) recordSandbox(ctx context.Context, a *attempt) {
+	rs, err := sandbox.ReadJournal(a.repo.spec.Journal)
+	if err != nil {
+		a.log.Warn("controller: read the sandbox journal", "err", err)
+	}
+	d := sandboxData{Commands: len(rs), Cgroups: true, DiskLimit: a.repo.mounted, Harness: c.cfg.Sandbox.Harness}
+	for _, r := range rs {
+		d.Cgroups = d.Cgroups && r.Cgroups
+		for _, l := range r.Limited() {
+			if d.Limited == nil {
+				d.Limited = map[string]int{}
+			}
+			d.Limited[l]++
+		}
+	}
+	b, _ := json.Marshal(d)
+	if err := c.append(ctx, a, store.NewEvent{Type: EventSandbox, Data: b}); err != nil {
+		a.log.Warn("controller: append the sandbox event", "err", err)
+	}
+}
+
+// testsReward is a repository task's reward: the final workspace with the
+// pristine hidden files, tested in a fresh sandbox. The tests event and
+// the reward (source evaluator) are appended.
+func (c *runner) testsReward(ctx context.Context, a *attempt) error {
+	c.recordSandbox(ctx, a)
+	d, err := c.runTests(ctx, a)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	reward, _ := json.Marshal(map[string]any{"value": d.Reward, "source": api.SourceEvaluator})
+	return c.append(ctx, a, store.NewEvent{Type: EventTests, Data: b}, store.NewEvent{Type: store.EventReward, Data: reward})
+}
+
+func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
+	r, t := a.repo, a.repo.task
+	d := testsData{PartialCredit: c.cfg.Tests.PartialCredit}
+	dir := filepath.Join(a.dir, "eval")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return d, err
+	}
+	lim := r.spec.Limits
+	// Room for a full workspace and the hidden files.
+	if sandbox.MountWorkspace(dir, 2*lim.DiskBytes) {
+		defer sandbox.Unmount(dir)
+	}
+	if err := sandbox.CopyTree(r.ws, dir, nil); err != nil {
+		return d, fmt.Errorf("tests: copy the workspace: %w", err)
+	}
+	changed, err := sandbox.RestoreHidden(r.pristine, dir, t.HiddenFiles)
+	if err != nil {
+		return d, fmt.Errorf("tests: restore the hidden files: %w", err)
+	}
+	d.HiddenFilesChanged = changed
+	ids := append(append([]string(nil), t.FailToPass...), t.PassToPass...)
+	quoted := make([]string, len(ids))
+	for i, id := range ids {
+		quoted[i] = shellQuote(id)
+	}
+	command := strings.ReplaceAll(t.TestCommand, "{tests}", strings.Join(quoted, " "))
+	lim.Timeout = c.cfg.Tests.Timeout
+	lim.CPUSeconds = 0
+	lim = lim.WithDefaults()
+	lim.OutputBytes = 64 << 20
+	spec := sandbox.Spec{Workspace: dir, ReadOnly: r.spec.ReadOnly, Env: r.spec.Env, Limits: lim, Bwrap: r.spec.Bwrap, HostEnv: r.spec.HostEnv, Start: r.spec.Start}
+	var out lockedBuffer
+	res, err := sandbox.Run(ctx, spec, []string{"sh", "-c", command}, nil, &out, &out)
+	if err != nil {
+		return d, fmt.Errorf("tests: %w", err)
+	}
+	log := out.String()
+	d.Exit, d.TimedOut, d.Duration, d.LogBytes = res.Exit, res.TimedOut, res.Duration, res.StdoutBytes+res.StderrBytes
+	tail := c.cfg.Tests.LogTailBytes
+	if len(log) > tail {
+		log = runeStart(log[len(log)-tail:])
+	}
+	d.Log = a.redact(log)
+	st := ParseTests(t.TestFormat, out.String())
+	d.FailToPass, d.PassToPass = statuses(st, t.FailToPass), statuses(st, t.PassToPass)
+	d.Reward, d.Reason = score(d.FailToPass, d.PassToPass, c.cfg.Tests.PartialCredit)
+	d.Resolved = d.Reason == ""
+	if res.TimedOut {
+		d.Reward, d.Resolved = 0, false
+		d.Reason = fmt.Sprintf("tests timed out after %s", lim.Timeout)
+	}
+	return d, nil
+}
+
+func statuses(st map[string]string, ids []string) map[string]string {
+	m := make(map[string]string, len(ids))
+	for _, id := range ids {
+		s, ok := st[id]
+		if !ok {
+			s = testMissing
+		}
+		m[id] = s
+	}
+	return m
+}
+
+// score is the reward: 1 when every test passed, else 0; with partial
+// credit the fraction of fail_to_pass tests passed (1 when there are
+// none), 0 when any pass_to_pass test did not pass. The reason names
+// the first tests that did not pass.
+func score(f2p, p2p map[string]string, partial bool) (float64, string) {
+	var bad []string
+	passed := 0
+	for _, m := range []map[string]string{f2p, p2p} {
+		for _, id := range sortedKeys(m) {
+			if m[id] == testPassed {
+				passed++
+			} else {
+				bad = append(bad, id+" "+m[id])
+			}
+		}
+	}
+	if len(bad) == 0 {
+		return 1, ""
+	}
+	reason := "not resolved: " + strings.Join(bad[:min(len(bad), 5)], ", ")
+	if len(bad) > 5 {
+		reason += fmt.Sprintf(" and %d more", len(bad)-5)
+	}
+	if !partial {
+		return 0, reason
+	}
+	for _, s := range p2p {
+		if s != testPassed {
+			return 0, reason
+		}
+	}
+	n := 0
+	for _, s := range f2p {
+		if s == testPassed {
+			n++
+		}
+	}
+	return float64(n) / float64(len(f2p)), reason
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// lockedBuffer is a bytes.Buffer two streams write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// repoDefaults checks and fills the repository-task settings.
+func (c Config) repoDefaults() (Config, error) {
+	switch c.Sandbox.Harness {
+	case "":
+		c.Sandbox.Harness = HarnessOutside
+	case HarnessOutside, HarnessInside:
+	default:
+		return c, fmt.Errorf("controller: sandbox.harness %q: want %s or %s", c.Sandbox.Harness, HarnessOutside, HarnessInside)
+	}
+	for _, p := range c.Sandbox.ReadOnly {
+		if !filepath.IsAbs(p) {
+			return c, fmt.Errorf("controller: sandbox.read_only %q: want an absolute path", p)
+		}
+	}
+	c.Sandbox.Limits = c.Sandbox.Limits.WithDefaults()
+	if c.Tests.Timeout <= 0 {
+		c.Tests.Timeout = 300 * time.Second
+	}
+	if c.Tests.LogTailBytes <= 0 {
+		c.Tests.LogTailBytes = 8192
+	}
+	if c.Agl == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("controller: the agl executable for sandboxes: %w", err)
+		}
+		c.Agl = exe
+	}
+	return c, nil
+}
+
+// timeout is the harness's time limit: the rollout's, or the task's
+// timeout_seconds when that is shorter.
+func (r *repoAttempt) timeout(rollout time.Duration) time.Duration {
+	t := time.Duration(r.task.TimeoutSeconds * float64(time.Second))
+	if t > 0 && (rollout <= 0 || t < rollout) {
+		return t
+	}
+	return rollout
+}
+
+// harnessCommand is the harness process: the configured command, on the
+// host, or (a repository task with sandbox.harness inside) in the
+// attempt's sandbox.
+func (c *runner) harnessCommand(a *attempt) (*exec.Cmd, error) {
+	cmd := exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
+	cmd.Dir, cmd.Env = c.cfg.Dir, a.env
+	return cmd, nil
+}
+
+// startUnregistered starts cmd with no sweep running in between (see
+// registry.start); the process names its attempt in its environment
+// (AGL_ATTEMPT_ID), which is how sweeps tell it apart.
+func (r *registry) startUnregistered(cmd *exec.Cmd) error {
+	r.starting.RLock()
+	defer r.starting.RUnlock()
+	return cmd.Start()
+}

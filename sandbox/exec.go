@@ -1,0 +1,352 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ExitTimeout is the exit status of a command killed at its wall time.
+const ExitTimeout = 124
+
+// Result says how one command ended and which limits it hit.
+type Result struct {
+	Argv     []string `json:"argv"`
+	Exit     int      `json:"exit"`
+	Duration float64  `json:"duration_s"`
+	// TimedOut: killed at Limits.Timeout (Exit is ExitTimeout).
+	TimedOut bool `json:"timed_out,omitempty"`
+	// StdoutBytes, StderrBytes are what the command wrote, passed on or not.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	// Truncated: output was cut at Limits.OutputBytes.
+	Truncated bool `json:"truncated,omitempty"`
+	// MemoryLimit, ProcessLimit: the cgroup refused memory or a fork.
+	MemoryLimit  bool `json:"memory_limit,omitempty"`
+	ProcessLimit bool `json:"process_limit,omitempty"`
+	// DiskFull: the workspace had no space left when the command ended.
+	DiskFull bool `json:"disk_full,omitempty"`
+	// Cgroups is false when memory and processes were bounded by rlimits
+	// only (no writable cgroup v1 hierarchy).
+	Cgroups bool `json:"cgroups"`
+}
+
+// Limited lists the limits r hit, in words ("timeout 60s", "output", …).
+func (r Result) Limited() []string {
+	var l []string
+	if r.TimedOut {
+		l = append(l, "timeout")
+	}
+	if r.Truncated {
+		l = append(l, "output")
+	}
+	if r.MemoryLimit {
+		l = append(l, "memory")
+	}
+	if r.ProcessLimit {
+		l = append(l, "processes")
+	}
+	if r.DiskFull {
+		l = append(l, "disk")
+	}
+	return l
+}
+
+// Run runs argv in the sandbox s describes, with stdin, and passes its
+// stdout and stderr on (each cut at the output limit, with a marker). It
+// returns how the command ended; the error is for a sandbox that could not
+// start (no bwrap, bad spec), never for the command's own failure.
+func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, stderr io.Writer) (Result, error) {
+	res := Result{Argv: argv}
+	if len(argv) == 0 {
+		return res, errors.New("sandbox: no command")
+	}
+	if err := s.check(); err != nil {
+		return res, err
+	}
+	lim := s.Limits.WithDefaults()
+	bw := s.Bwrap
+	if bw == "" {
+		p, err := exec.LookPath("bwrap")
+		if err != nil {
+			return res, errors.New("sandbox: bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+		}
+		bw = p
+	}
+	cg := newCgroup(s.Cgroups, lim)
+	defer cg.remove()
+	res.Cgroups = cg.ok()
+
+	// A shell sets the rlimits, joins the cgroups, then becomes bwrap:
+	// everything bwrap starts is inside the limits from its first fork.
+	script := "ulimit -t " + strconv.Itoa(lim.CPUSeconds) + " || exit 125\n"
+	if !cg.ok() {
+		script += "ulimit -v " + strconv.FormatInt(lim.MemoryBytes/1024, 10) + " 2>/dev/null\nulimit -p " + strconv.Itoa(lim.Processes) + " 2>/dev/null || ulimit -u " + strconv.Itoa(lim.Processes) + " 2>/dev/null\n"
+	}
+	script += `while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"`
+	args := []string{"-c", script, "sh"}
+	args = append(args, cg.procs()...)
+	args = append(append(args, "--", bw), Args(s, argv)...)
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.Stdin = stdin
+	cmd.Env = append([]string{"PATH=" + DefaultPath}, s.HostEnv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	outR, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	errR, err := cmd.StderrPipe()
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	startCmd := s.Start
+	if startCmd == nil {
+		startCmd = (*exec.Cmd).Start
+	}
+	if err := startCmd(cmd); err != nil {
+		return res, fmt.Errorf("sandbox: start bwrap: %w", err)
+	}
+	var wg sync.WaitGroup
+	var outTrunc, errTrunc bool
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		res.StdoutBytes, outTrunc = copyLimited(stdout, outR, lim.OutputBytes, "stdout")
+	}()
+	go func() {
+		defer wg.Done()
+		res.StderrBytes, errTrunc = copyLimited(stderr, errR, lim.OutputBytes, "stderr")
+	}()
+
+	timer := time.NewTimer(lim.Timeout)
+	defer timer.Stop()
+	done := make(chan struct{})
+	timedOut := make(chan bool, 1)
+	go func() {
+		select {
+		case <-timer.C:
+			timedOut <- true
+		case <-ctx.Done():
+			timedOut <- false
+		case <-done:
+			timedOut <- false
+			return
+		}
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cg.kill()
+	}()
+	wg.Wait() // the pipes close when every process holding them is gone
+	werr := cmd.Wait()
+	close(done)
+	res.TimedOut = <-timedOut
+	res.Duration = time.Since(start).Seconds()
+	cg.kill()
+	res.Truncated = outTrunc || errTrunc
+	res.MemoryLimit, res.ProcessLimit = cg.hit()
+	var ee *exec.ExitError
+	switch {
+	case res.TimedOut:
+		res.Exit = ExitTimeout
+		fmt.Fprintf(stderr, "\n[agl sandbox: timed out after %s; the command and everything it started were killed]\n", lim.Timeout)
+	case werr == nil:
+	case errors.As(werr, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Exit = 128 + int(ws.Signal())
+		} else {
+			res.Exit = ee.ExitCode()
+		}
+	default:
+		return res, fmt.Errorf("sandbox: %w", werr)
+	}
+	if res.MemoryLimit {
+		fmt.Fprintf(stderr, "\n[agl sandbox: memory limit of %d bytes reached]\n", lim.MemoryBytes)
+	}
+	if res.ProcessLimit {
+		fmt.Fprintf(stderr, "\n[agl sandbox: process limit of %d reached]\n", lim.Processes)
+	}
+	var st syscall.Statfs_t
+	if syscall.Statfs(s.Workspace, &st) == nil && st.Bavail == 0 {
+		res.DiskFull = true
+		fmt.Fprintf(stderr, "\n[agl sandbox: the workspace is full]\n")
+	}
+	if s.Journal != "" {
+		if err := appendJournal(s.Journal, res); err != nil {
+			return res, err
+		}
+	}
+	return res, ctx.Err()
+}
+
+// copyLimited copies r to w up to n bytes, then writes a marker and
+// drains the rest; it returns the bytes read and whether it cut.
+func copyLimited(w io.Writer, r io.Reader, n int64, stream string) (int64, bool) {
+	var total int64
+	buf := make([]byte, 32<<10)
+	cut := false
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			if room := n - total; room > 0 {
+				w.Write(buf[:min(int64(k), room)])
+			}
+			total += int64(k)
+			if total > n && !cut {
+				cut = true
+				fmt.Fprintf(w, "\n[agl sandbox: %s truncated at %d bytes]\n", stream, n)
+			}
+		}
+		if err != nil {
+			return total, cut
+		}
+	}
+}
+
+func appendJournal(path string, r Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("sandbox journal: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	return errors.Join(err, f.Close())
+}
+
+// ReadJournal reads the Results a spec's journal holds.
+func ReadJournal(path string) ([]Result, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rs []Result
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r Result
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return rs, fmt.Errorf("sandbox journal %s: %w", path, err)
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// cgroupRoot is the cgroup v1 mount the per-command groups live under.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroup is one command's memory and pids groups (v1); dirs is empty
+// when they could not be made.
+type cgroup struct{ mem, pids string }
+
+func newCgroup(parent string, lim Limits) *cgroup {
+	if parent == "" {
+		parent = "agl"
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	name := hex.EncodeToString(b[:])
+	c := &cgroup{}
+	mem := filepath.Join(cgroupRoot, "memory", parent, name)
+	pids := filepath.Join(cgroupRoot, "pids", parent, name)
+	if os.MkdirAll(mem, 0o755) != nil || os.MkdirAll(pids, 0o755) != nil {
+		os.Remove(mem)
+		os.Remove(pids)
+		return c
+	}
+	c.mem, c.pids = mem, pids
+	err := errors.Join(
+		os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), []byte(strconv.FormatInt(lim.MemoryBytes, 10)), 0),
+		os.WriteFile(filepath.Join(pids, "pids.max"), []byte(strconv.Itoa(lim.Processes)), 0),
+	)
+	// Without swap accounting there is no memsw file; where there is one,
+	// swap counts too.
+	os.WriteFile(filepath.Join(mem, "memory.memsw.limit_in_bytes"), []byte(strconv.FormatInt(lim.MemoryBytes, 10)), 0)
+	if err != nil {
+		c.remove()
+		return &cgroup{}
+	}
+	return c
+}
+
+func (c *cgroup) ok() bool { return c.mem != "" }
+
+func (c *cgroup) procs() []string {
+	if !c.ok() {
+		return nil
+	}
+	return []string{filepath.Join(c.mem, "cgroup.procs"), filepath.Join(c.pids, "cgroup.procs")}
+}
+
+// kill SIGKILLs every process left in the groups.
+func (c *cgroup) kill() {
+	if !c.ok() {
+		return
+	}
+	for range 50 {
+		b, _ := os.ReadFile(filepath.Join(c.pids, "cgroup.procs"))
+		fields := strings.Fields(string(b))
+		if len(fields) == 0 {
+			return
+		}
+		for _, f := range fields {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// hit reports whether the memory or pids limit refused something.
+func (c *cgroup) hit() (mem, pids bool) {
+	if !c.ok() {
+		return false, false
+	}
+	// oom_kill counts the processes the limit killed (failcnt also counts
+	// page cache reclaimed at the limit, which is no failure).
+	if b, err := os.ReadFile(filepath.Join(c.mem, "memory.oom_control")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
+				mem = true
+			}
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(c.pids, "pids.events")); err == nil {
+		f := strings.Fields(string(b))
+		pids = len(f) == 2 && f[0] == "max" && f[1] != "0"
+	}
+	return mem, pids
+}
+
+func (c *cgroup) remove() {
+	if !c.ok() {
+		return
+	}
+	c.kill()
+	for range 50 {
+		e1, e2 := os.Remove(c.mem), os.Remove(c.pids)
+		if (e1 == nil || errors.Is(e1, os.ErrNotExist)) && (e2 == nil || errors.Is(e2, os.ErrNotExist)) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
