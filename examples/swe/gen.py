@@ -20,7 +20,7 @@ Writes, under OUT (default work/):
                    those commands, shown the way harness.py shows them
   mutations.jsonl  what each task's mutation was (never given to the harness)
 
-usage: python3 gen.py [OUT] [--seed N] [--val-modules K] [--per-module M] [--max-turns T]
+usage: python3 gen.py [OUT] [--seed N] [--val-modules K] [--per-module M] [--max-turns T] [--modules a,b]
 """
 import argparse, ast, concurrent.futures, io, json, os, random, re, shutil, subprocess, sys, tempfile, tokenize
 
@@ -157,8 +157,10 @@ def assertions(module, test_name):
 
 
 def sh(workdir, cmd):
+    """Status and output of cmd run in workdir, as if workdir were the
+    sandbox's /workspace (tracebacks name files by absolute path)."""
     p = subprocess.run(["bash", "-c", cmd], cwd=workdir, capture_output=True, timeout=20)
-    return p.returncode, (p.stdout + p.stderr).decode("utf-8", "replace")
+    return p.returncode, (p.stdout + p.stderr).decode("utf-8", "replace").replace(os.path.realpath(workdir), "/workspace")
 
 
 def sed_escape(s, replacement=False):
@@ -210,9 +212,15 @@ def main():
     ap.add_argument("--per-module", type=int, default=12, help="tasks per module (at most)")
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--base", default=HERE, help="repo paths in the tasks are relative to this (controller.dir)")
+    ap.add_argument("--modules", default="", help="comma-separated subset of lib/'s modules (default: all)")
     a = ap.parse_args()
     out = os.path.abspath(a.out)
     mods = modules()
+    if a.modules:
+        unknown = sorted(set(a.modules.split(",")) - set(mods))
+        if unknown:
+            raise SystemExit("gen: unknown modules %s (lib/ has %s)" % (", ".join(unknown), ", ".join(mods)))
+        mods = sorted(set(a.modules.split(",")))
     order = list(mods)
     random.Random(a.seed).shuffle(order)
     val_mods = set(order[:a.val_modules])
