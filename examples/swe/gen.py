@@ -18,9 +18,10 @@ Writes, under OUT (default work/):
                    modules: reproduce, look at the function, fix the line with sed,
                    reproduce again, submit -- the observations are the real outputs of
                    those commands, shown the way harness.py shows them
-  mutations.jsonl  what each task's mutation was (never given to the harness)
+  mutations.jsonl  what each task's mutation was, and the line of sft.jsonl
+                   (0-based) demonstrating its fix, if any (never given to the harness)
 
-usage: python3 gen.py [OUT] [--seed N] [--val-modules K] [--per-module M] [--max-turns T] [--modules a,b]
+usage: python3 gen.py [OUT] [--seed N] [--val-modules K] [--per-module M] [--max-turns T] [--modules a,b] [--candidates C]
 """
 import argparse, ast, concurrent.futures, io, json, os, random, re, shutil, subprocess, sys, tempfile, tokenize
 
@@ -212,6 +213,7 @@ def main():
     ap.add_argument("--per-module", type=int, default=12, help="tasks per module (at most)")
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--base", default=HERE, help="repo paths in the tasks are relative to this (controller.dir)")
+    ap.add_argument("--candidates", type=int, default=0, help="mutants tried per module (a seeded sample; default 0: all)")
     ap.add_argument("--modules", default="", help="comma-separated subset of lib/'s modules (default: all)")
     a = ap.parse_args()
     out = os.path.abspath(a.out)
@@ -230,9 +232,12 @@ def main():
     jobs = []
     for mod in mods:
         lines = open(os.path.join(LIB, mod + ".py")).read().split("\n")
-        for idx, line in enumerate(lines):
-            for kind, new in mutants(line):
-                jobs.append((mod, idx, kind, new))
+        mjobs = [(mod, idx, kind, new) for idx, line in enumerate(lines) for kind, new in mutants(line)]
+        if a.candidates > 0:  # a seeded sample, in source order
+            keep = list(range(len(mjobs)))
+            random.Random("%d-candidates-%s" % (a.seed, mod)).shuffle(keep)
+            mjobs = [mjobs[i] for i in sorted(keep[:a.candidates])]
+        jobs += mjobs
 
     def check(job):
         mod, idx, kind, new = job
@@ -272,6 +277,7 @@ def main():
             if made is None:
                 continue
             task, demo, info = made
+            info["demo"] = counts["sft"] if split == "train" and demo is not None else None
             if n in tasks:
                 files[split + ".jsonl"].write(json.dumps(task) + "\n")
                 files["mutations.jsonl"].write(json.dumps(info) + "\n")
