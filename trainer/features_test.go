@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -74,3 +75,102 @@ func TestLoopGroupFeatures(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// TestFilterTasks: with filter_attempts 3 every training task runs 3
+// times first; tasks 0–2 always succeed, 3–4 never do, 5–7 succeed on
+// their first attempt only: the loop trains on tasks 5–7 alone, writes
+// them to filtered_tasks.jsonl and a resumed run reads them back. When no
+// task is of intermediate difficulty the run stops with a clear error.
+func TestFilterTasks(t *testing.T) {
+	taskOf := func(id string) int { // agl-filter-t{k}-r{j} or agl-s{s}-t{k}-r{j}
+		i := strings.Index(id, "-t")
+		k := 0
+		for _, c := range id[i+2:] {
+			if c < '0' || c > '9' {
+				break
+			}
+			k = 10*k + int(c-'0')
+		}
+		return k
+	}
+	for _, tc := range []struct {
+		name   string
+		reward func(id string) float64
+		err    string
+	}{
+		{"mixed", func(id string) float64 {
+			if !strings.Contains(id, "-filter-") {
+				return float64(1 - int(id[len(id)-1]-'0')%2)
+			}
+			switch k := taskOf(id); {
+			case k <= 2:
+				return 1
+			case k <= 4:
+				return 0
+			default:
+				return float64(1 - min(1, int(id[len(id)-1]-'0')))
+			}
+		}, ""},
+		{"all solved", func(string) float64 { return 1 }, "no task has 0 < success < 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, st := setup(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cfg := Config{Tasks: filepath.Join(dir, "tasks.jsonl"), Steps: 2, TasksPerStep: 2, GroupSize: 2, FilterAttempts: 3}
+			pub := &fakePublisher{}
+			pub.version.Store(1)
+			var mu sync.Mutex
+			trainedTasks := map[string]bool{}
+			cctx, stopCtl := context.WithCancel(ctx)
+			fc := &fakeController{name: "c", st: st, pub: pub, reg: &registry{}, reward: tc.reward}
+			wait := fc.start(cctx, t)
+			defer func() { stopCtl(); wait() }()
+			l, err := New(cfg, st, &fakePolicy{}, pub, State{Version: 1}, dir, "agl", slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum, err := l.Run(ctx)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Run: %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := sum.Filter; f.Tasks != 8 || f.Kept != 3 || f.Solved != 3 || f.Unsolved != 2 || f.Rollouts != 24 {
+				t.Errorf("filter stats %+v", f)
+			}
+			for s := 1; s <= 2; s++ {
+				for _, r := range l.plan(s) {
+					ro, err := st.GetRollout(ctx, r.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					mu.Lock()
+					trainedTasks[string(ro.Task)] = true
+					mu.Unlock()
+				}
+			}
+			for task := range trainedTasks {
+				if task != `{"n":5}` && task != `{"n":6}` && task != `{"n":7}` {
+					t.Errorf("trained on %s, which the filter dropped", task)
+				}
+			}
+			kept, err := ReadTasks(filepath.Join(dir, FilteredTasksFile))
+			if err != nil || len(kept) != 3 || string(kept[0]) != `{"n":5}` {
+				t.Fatalf("%s: %d tasks %v", FilteredTasksFile, len(kept), err)
+			}
+			// A resumed run takes the kept tasks from the file.
+			l2, err := New(cfg, st, &fakePolicy{}, pub, State{Step: 1, Version: 2}, dir, "agl", slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l2.filterTasks(ctx); err != nil || len(l2.train) != 3 {
+				t.Errorf("resumed: %d train tasks, %v", len(l2.train), err)
+			}
+		})
+	}
+}

@@ -120,6 +120,10 @@ type Config struct {
 	// success rate are unchanged. 0: off.
 	LengthPenalty       float64 `yaml:"length_penalty"`
 	LengthPenaltyTokens int     `yaml:"length_penalty_tokens"`
+	// FilterAttempts N > 0 runs the difficulty filter before training:
+	// each training task N times, keeping those with 0 < successes < N
+	// (see filterTasks).
+	FilterAttempts int `yaml:"filter_attempts"`
 }
 
 func (c Config) withDefaults() Config {
@@ -218,6 +222,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("trainer: on_stale %q: want drop or keep", c.OnStale)
 	case c.TISCap < 0:
 		return fmt.Errorf("trainer: tis_cap %v is negative", c.TISCap)
+	case c.FilterAttempts < 0 || c.FilterAttempts == 1:
+		return fmt.Errorf("trainer: filter_attempts %d: want 0 (off) or at least 2", c.FilterAttempts)
 	case c.LengthPenalty < 0 || math.IsNaN(c.LengthPenalty) || math.IsInf(c.LengthPenalty, 0):
 		return fmt.Errorf("trainer: length_penalty %v: want a finite value ≥ 0", c.LengthPenalty)
 	}
@@ -381,6 +387,11 @@ func (l *Loop) Run(ctx context.Context) (summary Summary, err error) {
 	if err := l.dropMetricsAfter(l.state.Step); err != nil {
 		return summary, err
 	}
+	if l.cfg.FilterAttempts > 0 {
+		if summary.Filter, err = l.filterTasks(ctx); err != nil {
+			return summary, err
+		}
+	}
 	summary.Before, err = l.validate(ctx)
 	if err != nil {
 		return summary, err
@@ -412,6 +423,7 @@ func (l *Loop) Run(ctx context.Context) (summary Summary, err error) {
 type Summary struct {
 	Before, After StepMetrics
 	Train         []StepMetrics
+	Filter        FilterStats
 	Elapsed       time.Duration
 }
 
