@@ -107,7 +107,7 @@ def main(argv):
         else:
             status, out = run(cmd)
             obs = observation(status, out)
-        print("$ %s\n%s" % (cmd, obs), flush=True)
+        print("$ %s\n%s" % (cmd if cmd is not None else "(no command)", obs), flush=True)
         messages.append({"role": "user", "content": obs})
     print("harness: out of turns (%d) without submit" % max_turns)
 
