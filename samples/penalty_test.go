@@ -29,7 +29,8 @@ func TestLengthPenalty(t *testing.T) {
 // TestFromRolloutsLengthPenalty: two rollouts that both solved the task
 // (a zero-variance group without the penalty, dropped) differ by their
 // response length once the penalty is on: the shorter one gets the
-// positive advantage. The penalty counts every call's response tokens.
+// positive advantage. The penalty counts every call's response tokens;
+// a failed rollout (reward ≤ 0) is not penalized.
 func TestFromRolloutsLengthPenalty(t *testing.T) {
 	var seq int64
 	f := func(x float64) *float64 { return &x }
@@ -43,6 +44,10 @@ func TestFromRolloutsLengthPenalty(t *testing.T) {
 			call("l0", 1, []int32{1, 2}, []int32{3, 4, 5, 6}),
 			call("l1", 1, []int32{1, 2, 3, 4, 5, 6, 7}, []int32{8, 9, 10, 11})}, f(1)),
 	}
+	failed := map[string][]store.Event{
+		"short": toEvents(t, &seq, "short", "short-a1", []api.ModelCall{call("s0", 1, []int32{1, 2}, []int32{3, 4})}, f(0)),
+		"long":  toEvents(t, &seq, "long", "long-a1", []api.ModelCall{call("l0", 1, []int32{1, 2}, []int32{3, 4, 5, 6})}, f(0)),
+	}
 	for _, tc := range []struct {
 		name     string
 		reward   RewardConfig
@@ -54,8 +59,14 @@ func TestFromRolloutsLengthPenalty(t *testing.T) {
 		{"off: uniform group dropped", RewardConfig{}, 0, 1, 0, ""},
 		// short: 2 tokens of 8 → 0.1·0.25; long: 8 of 8 → 0.1
 		{"on: shorter wins", RewardConfig{LengthPenalty: 0.1, LengthPenaltyTokens: 8}, 2, 0, 0.125, "short"},
+		// failures are not penalized: the group stays uniform and is dropped
+		{"on, both failed", RewardConfig{LengthPenalty: 0.1, LengthPenaltyTokens: 8}, 0, 1, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			evs := evs
+			if tc.name == "on, both failed" {
+				evs = failed
+			}
 			res, err := FromRollouts(rs, evs, Config{Reward: tc.reward, Advantage: AdvantageConfig{Estimator: DrGRPO, DropZeroVariance: true}})
 			if err != nil {
 				t.Fatal(err)

@@ -148,7 +148,7 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 		}
 		rw := ResolveReward(cfg.Reward, evs, att)
 		res.Stats.BadRewards += rw.Bad
-		if pen := LengthPenalty(cfg.Reward.LengthPenalty, responseTokens(calls), cfg.Reward.LengthPenaltyTokens); pen > 0 && !rw.Missing {
+		if pen := LengthPenalty(cfg.Reward.LengthPenalty, responseTokens(calls), cfg.Reward.LengthPenaltyTokens); pen > 0 && !rw.Missing && rw.Value > 0 {
 			rw.Value -= pen
 			res.Stats.LengthPenalty += pen
 			res.Stats.Penalized++

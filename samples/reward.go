@@ -25,8 +25,11 @@ type RewardConfig struct {
 	// LengthPenalty λ ≥ 0 and LengthPenaltyTokens L > 0 shape the reward
 	// trained on by the length of the rollout's answers: with T the
 	// response tokens of all the final attempt's calls,
-	// R' = R − λ·min(1, T/L). Only the trained value changes (advantages);
-	// the rollout's stored reward and the success rate do not. λ = 0: off.
+	// R' = R − λ·min(1, T/L) when R > 0; a reward ≤ 0 is left alone, so
+	// that a group that failed throughout stays uniform (dropped) instead
+	// of training the policy to give up sooner. Only the trained value
+	// changes (advantages); the rollout's stored reward and the success
+	// rate do not. λ = 0: off.
 	LengthPenalty       float64
 	LengthPenaltyTokens int
 }

@@ -31,8 +31,9 @@ func TestLoopGroupFeatures(t *testing.T) {
 		{"uniform groups dropped", Config{}, 1, 2, 0, 0},
 		{"uniform groups kept", Config{DropUniformGroups: &no}, 1, 0, 2, 0},
 		{"mixed groups train", Config{}, 2, 0, 4, 0},
-		// 2 tokens of L = 4 → 0.2·0.5 = 0.1 off each rollout
-		{"length penalty", Config{LengthPenalty: 0.2, LengthPenaltyTokens: 4}, 2, 0, 4, 0.1},
+		// 2 tokens of L = 4 → 0.2·0.5 = 0.1 off each successful rollout
+		// (half of them): 0.05 per rollout on average
+		{"length penalty", Config{LengthPenalty: 0.2, LengthPenaltyTokens: 4}, 2, 0, 4, 0.05},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -115,9 +115,10 @@ type Config struct {
 	// the progress line. false trains them with advantage 0.
 	DropUniformGroups *bool `yaml:"drop_uniform_groups"`
 	// LengthPenalty λ and LengthPenaltyTokens L (default 1024): the reward
-	// trained on is R − λ·min(1, T/L), T the response tokens of the
-	// rollout's calls (samples.RewardConfig); reported rewards and the
-	// success rate are unchanged. 0: off.
+	// trained on is R − λ·min(1, T/L) when R > 0, T the response tokens
+	// of the rollout's calls (samples.RewardConfig: failures are not
+	// penalized); reported rewards and the success rate are unchanged.
+	// 0: off.
 	LengthPenalty       float64 `yaml:"length_penalty"`
 	LengthPenaltyTokens int     `yaml:"length_penalty_tokens"`
 	// FilterAttempts N > 0 runs the difficulty filter before training:
