@@ -43,7 +43,11 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "sandbox" && os.Args[2] == "exec" {
 		os.Exit(sandbox.ExecMain(context.Background(), os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if genRoot != "" {
+		os.RemoveAll(genRoot)
+	}
+	os.Exit(code)
 }
 
 func python(t *testing.T) string {
@@ -102,6 +106,7 @@ func readJSONL[T any](t *testing.T, path string) []T {
 
 var (
 	genOnce sync.Once
+	genRoot string // removed after the tests
 	genDirs [2]string
 	genErr  error
 )
@@ -117,6 +122,7 @@ func generate(t *testing.T) string {
 			genErr = err
 			return
 		}
+		genRoot = root
 		for i := range genDirs {
 			genDirs[i] = filepath.Join(root, string(rune('a'+i)))
 			cwd, _ := os.Getwd()
