@@ -112,6 +112,8 @@ type Config struct {
 	// agent a call is recorded for, when neither the path nor the
 	// X-Agl-Agent header names one.
 	Agents map[string]string `json:"agents,omitempty" yaml:"agents,omitempty"`
+	// AttemptLimits caps the calls and generated tokens of one attempt.
+	AttemptLimits AttemptLimits `json:"attempt_limits,omitempty" yaml:"attempt_limits,omitempty"`
 }
 
 // AgentHeader names a call's agent (after the path segment, before
@@ -167,6 +169,8 @@ type Proxy struct {
 
 	authMu sync.RWMutex
 	auth   map[Target]authEntry
+
+	usage usage // per-attempt calls and tokens (AttemptLimits)
 }
 
 // New returns a proxy recording into st and answering with b.
@@ -448,6 +452,7 @@ func (p *Proxy) ForgetKey(rolloutID, attemptID string) {
 	p.authMu.Lock()
 	p.auth[Target{RolloutID: rolloutID, AttemptID: attemptID}] = authEntry{revoked: true}
 	p.authMu.Unlock()
+	p.usage.forget(Target{RolloutID: rolloutID, AttemptID: attemptID})
 }
 
 // trustedAttempt checks that the attempt exists (and runs) without a key.
@@ -646,6 +651,10 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		}
 	}
 	c.target = t
+	if aerr := p.usage.admit(p.cfg.AttemptLimits, t); aerr != nil {
+		writeError(w, sh.style, aerr)
+		return
+	}
 	c.created = c.start.Unix()
 	c.id = p.newID(sh.idPrefix)
 
@@ -674,6 +683,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		fail(backendError(err))
 		return
 	}
+	p.usage.generated(p.cfg.AttemptLimits, t, len(c.res.ResponseIDs))
 	if c.res.Model == "" {
 		c.res.Model = p.backend.ModelName()
 	}

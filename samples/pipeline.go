@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -80,6 +81,19 @@ type Stats struct {
 	StaleGroups   int     `json:"stale_groups,omitempty"`
 	StaleRollouts int     `json:"stale_rollouts,omitempty"`
 	StaleSamples  int     `json:"stale_samples,omitempty"`
+	// LengthPenalty sums the penalties taken off the rewards of the
+	// Penalized rollouts (RewardConfig.LengthPenalty).
+	LengthPenalty float64 `json:"length_penalty,omitempty"`
+	Penalized     int     `json:"penalized_rollouts,omitempty"`
+}
+
+// responseTokens counts the tokens generated for calls.
+func responseTokens(calls []api.ModelCall) int {
+	n := 0
+	for _, c := range calls {
+		n += len(c.ResponseIDs)
+	}
+	return n
 }
 
 // Result is the output of FromRollouts.
@@ -146,6 +160,11 @@ func FromRollouts(rollouts []store.Rollout, eventsByRollout map[string][]store.E
 			res.Stats.MalformedToolCalls += sh.MalformedToolCalls
 		}
 		res.Stats.BadRewards += rw.Bad
+		if pen := LengthPenalty(cfg.Reward.LengthPenalty, responseTokens(calls), cfg.Reward.LengthPenaltyTokens); pen > 0 && !rw.Missing && rw.Value > 0 {
+			rw.Value -= pen
+			res.Stats.LengthPenalty += pen
+			res.Stats.Penalized++
+		}
 		if rw.Missing {
 			res.Stats.MissingReward++
 			if cfg.DropMissingReward {

@@ -22,6 +22,25 @@ type RewardConfig struct {
 	// rewards to its final reward before advantages are computed. Off: they
 	// are only carried on the samples (CallRewards).
 	AddCallRewards bool
+	// LengthPenalty λ ≥ 0 and LengthPenaltyTokens L > 0 shape the reward
+	// trained on by the length of the rollout's answers: with T the
+	// response tokens of all the final attempt's calls,
+	// R' = R − λ·min(1, T/L) when R > 0; a reward ≤ 0 is left alone, so
+	// that a group that failed throughout stays uniform (dropped) instead
+	// of training the policy to give up sooner. Only the trained value
+	// changes (advantages); the rollout's stored reward and the success
+	// rate do not. λ = 0: off.
+	LengthPenalty       float64
+	LengthPenaltyTokens int
+}
+
+// LengthPenalty is λ·min(1, T/L) (see RewardConfig.LengthPenalty); 0 when
+// λ or L is not positive.
+func LengthPenalty(lambda float64, tokens, limit int) float64 {
+	if lambda <= 0 || limit <= 0 {
+		return 0
+	}
+	return lambda * min(1, float64(tokens)/float64(limit))
 }
 
 // RolloutReward is the resolved reward of one attempt.

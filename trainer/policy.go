@@ -128,7 +128,12 @@ func (l *Loop) stepPolicy(ctx context.Context, s int, p TrainedPolicy, done []st
 	}
 	// Duplicates are found before the agent filter: the same for every policy.
 	m.DuplicateCalls = max(m.DuplicateCalls, st.Duplicates)
+	// Groups and dropped groups are counted per policy (its own agents' samples).
+	m.Groups += st.Groups.Groups
 	m.DroppedGroups += st.Groups.Dropped
+	if st.Rollouts > 0 {
+		m.LengthPenalty = st.LengthPenalty / float64(st.Rollouts)
+	}
 	if m.Samples > 0 {
 		m.StalenessMean = (m.StalenessMean*float64(prevSamples) + st.StalenessMean*float64(st.Samples)) / float64(m.Samples)
 	}

@@ -127,6 +127,22 @@ type Config struct {
 	LengthRule     string `yaml:"length_rule"`
 	// MicroBatchTokens bounds one forward/backward pass (default 4096).
 	MicroBatchTokens int `yaml:"micro_batch_tokens"`
+	// DropUniformGroups (default true) leaves out the groups whose
+	// rewards are all equal: their advantages are all 0, they would only
+	// cost compute. Counted in the metrics (dropped_groups of groups) and
+	// the progress line. false trains them with advantage 0.
+	DropUniformGroups *bool `yaml:"drop_uniform_groups"`
+	// LengthPenalty λ and LengthPenaltyTokens L (default 1024): the reward
+	// trained on is R − λ·min(1, T/L) when R > 0, T the response tokens
+	// of the rollout's calls (samples.RewardConfig: failures are not
+	// penalized); reported rewards and the success rate are unchanged.
+	// 0: off.
+	LengthPenalty       float64 `yaml:"length_penalty"`
+	LengthPenaltyTokens int     `yaml:"length_penalty_tokens"`
+	// FilterAttempts N > 0 runs the difficulty filter before training:
+	// each training task N times, keeping those with 0 < successes < N
+	// (see filterTasks).
+	FilterAttempts int `yaml:"filter_attempts"`
 }
 
 func (c Config) withDefaults() Config {
@@ -141,6 +157,11 @@ func (c Config) withDefaults() Config {
 	def(&c.CheckpointEvery, 1)
 	def(&c.MicroBatchTokens, 4096)
 	def(&c.PPOEpochs, 1)
+	def(&c.LengthPenaltyTokens, 1024)
+	if c.DropUniformGroups == nil {
+		drop := true
+		c.DropUniformGroups = &drop
+	}
 	if c.ValFraction <= 0 {
 		c.ValFraction = 0.2
 	}
@@ -195,7 +216,8 @@ func (c Config) samplesConfig() samples.Config {
 	return samples.Config{
 		Build: samples.BuildConfig{NoMerge: c.NoMerge, MaxPromptLen: c.MaxPromptLen, MaxResponseLen: c.MaxResponseLen,
 			MaxSeqLen: c.MaxSeqLen, Rule: samples.LengthRule(c.LengthRule)},
-		Advantage:   samples.AdvantageConfig{Estimator: samples.Estimator(c.Estimator), DropZeroVariance: true},
+		Reward:      samples.RewardConfig{LengthPenalty: c.LengthPenalty, LengthPenaltyTokens: c.LengthPenaltyTokens},
+		Advantage:   samples.AdvantageConfig{Estimator: samples.Estimator(c.Estimator), DropZeroVariance: c.DropUniformGroups == nil || *c.DropUniformGroups},
 		Credit:      samples.CreditConfig{Mode: samples.Credit(c.Credit), Gamma: c.Gamma},
 		Shaping:     c.IntermediateRewards,
 		Aggregation: samples.Aggregation(c.Aggregation),
@@ -229,6 +251,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("trainer: dual_clip %v: want a value > 1 (or 0: off)", c.DualClip)
 	case c.PPOEpochs > 100:
 		return fmt.Errorf("trainer: ppo_epochs %d: want at most 100", c.PPOEpochs)
+	case c.FilterAttempts < 0 || c.FilterAttempts == 1:
+		return fmt.Errorf("trainer: filter_attempts %d: want 0 (off) or at least 2", c.FilterAttempts)
+	case c.LengthPenalty < 0 || math.IsNaN(c.LengthPenalty) || math.IsInf(c.LengthPenalty, 0):
+		return fmt.Errorf("trainer: length_penalty %v: want a finite value ≥ 0", c.LengthPenalty)
 	}
 	return nil
 }
@@ -294,6 +320,7 @@ type StepMetrics struct {
 	Samples       int       `json:"samples,omitempty"`
 	Tokens        int       `json:"tokens,omitempty"`
 	TrainedTokens int       `json:"trained_tokens,omitempty"`
+	Groups        int       `json:"groups,omitempty"`
 	DroppedGroups int       `json:"dropped_groups,omitempty"`
 	Loss          float64   `json:"loss,omitempty"`
 	GradNorm      float64   `json:"grad_norm,omitempty"`
@@ -330,6 +357,8 @@ type StepMetrics struct {
 	// Advantages holds the advantage each trained call got, by rollout
 	// id and call id (the dashboard's per-token view shows them).
 	Advantages map[string]map[string]float64 `json:"advantages,omitempty"`
+	// LengthPenalty is the mean penalty taken off the trained rewards.
+	LengthPenalty float64 `json:"length_penalty_mean,omitempty"`
 }
 
 // PolicyMetrics is one named policy's part of a step.
@@ -407,6 +436,11 @@ func (l *Loop) Run(ctx context.Context) (summary Summary, err error) {
 	if err := l.dropMetricsAfter(l.state.Step); err != nil {
 		return summary, err
 	}
+	if l.cfg.FilterAttempts > 0 {
+		if summary.Filter, err = l.filterTasks(ctx); err != nil {
+			return summary, err
+		}
+	}
 	summary.Before, err = l.validate(ctx)
 	if err != nil {
 		return summary, err
@@ -438,6 +472,7 @@ func (l *Loop) Run(ctx context.Context) (summary Summary, err error) {
 type Summary struct {
 	Before, After StepMetrics
 	Train         []StepMetrics
+	Filter        FilterStats
 	Elapsed       time.Duration
 }
 
@@ -453,8 +488,8 @@ func (l *Loop) progress(m StepMetrics, start time.Time) {
 			fmt.Fprintf(&per, "  | %s v%d tok %d gnorm %.3g kl %.2g clip %.3f", p.Name, pm.Version, pm.TrainedTokens, pm.GradNorm, pm.ApproxKL, pm.ClipFrac)
 		}
 	}
-	fmt.Fprintf(l.out, "[%-*s] step %d/%d  reward %.3f  success %.0f%%  %.0f tok/s  gnorm %.3g  kl %.2g  clip %.3f  ent %.3f  v%d  elapsed %s  ETA %s%s\n",
-		width, bar, l.state.Step, l.cfg.Steps, m.RewardMean, 100*m.SuccessRate, m.TokensPerSec, m.GradNorm, m.ApproxKL, m.ClipFrac, m.Entropy, l.state.Version,
+	fmt.Fprintf(l.out, "[%-*s] step %d/%d  reward %.3f  success %.0f%%  dropped %d/%d groups  %.0f tok/s  gnorm %.3g  kl %.2g  clip %.3f  ent %.3f  v%d  elapsed %s  ETA %s%s\n",
+		width, bar, l.state.Step, l.cfg.Steps, m.RewardMean, 100*m.SuccessRate, m.DroppedGroups, m.Groups, m.TokensPerSec, m.GradNorm, m.ApproxKL, m.ClipFrac, m.Entropy, l.state.Version,
 		el.Round(time.Second), eta, per.String())
 }
 

@@ -53,6 +53,9 @@ func TestConfigValidate(t *testing.T) {
 		{"kl_k1 without kl", Config{KLK1: true}, "kl_k1 needs kl_coef"},
 		{"dual clip ≤ 1", Config{DualClip: 0.5}, "dual_clip"},
 		{"too many epochs", Config{PPOEpochs: 1000}, "ppo_epochs"},
+		{"negative length penalty", Config{LengthPenalty: -0.1}, "length_penalty"},
+		{"one filter attempt", Config{FilterAttempts: 1}, "filter_attempts"},
+		{"filter attempts", Config{FilterAttempts: 4}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,6 +191,8 @@ type fakeController struct {
 	reg  *registry
 	// hang names rollouts whose harness never ends.
 	hang func(id string) bool
+	// reward, when set, replaces the even/odd slot reward.
+	reward func(id string) float64
 }
 
 func (c *fakeController) start(ctx context.Context, t *testing.T) (wait func()) {
@@ -235,7 +240,11 @@ func (c *fakeController) play(ctx context.Context, t *testing.T, cl store.Claim)
 		ResponseIDs: []int32{8, 9}, ResponseLogprobs: []float32{lp, lp}})
 	base, _, _ := strings.Cut(id, "~")
 	j := base[len(base)-1] - '0'
-	rw, _ := json.Marshal(api.Reward{Value: new(float64(1 - j%2))})
+	value := float64(1 - j%2)
+	if c.reward != nil {
+		value = c.reward(id)
+	}
+	rw, _ := json.Marshal(api.Reward{Value: &value})
 	if _, err := c.st.AppendEvents(ctx, id, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: mc}, {Type: store.EventReward, Data: rw}}); err != nil {
 		if ctx.Err() == nil {
 			t.Errorf("append %s: %v", id, err)

@@ -1,0 +1,440 @@
+//go:build linux
+
+// Package swe holds the coding-agent example: lib/ (a small Python library
+// with unit tests), gen.py (SWE-smith-style repository tasks and
+// demonstrations from it) and harness.py (a mini-swe-agent-style harness:
+// one bash block per turn, run through AGL_SANDBOX_EXEC). These tests run
+// gen.py with python3, and the harness through the real controller, the
+// real bubblewrap sandbox and a real loopback gateway whose model is
+// scripted.
+package swe
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/sandbox"
+	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/store/sqlite"
+)
+
+// TestMain lets the test binary stand in for agl behind AGL_SANDBOX_EXEC
+// (`agl sandbox exec`), as the controller tests do.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "sandbox" && os.Args[2] == "exec" {
+		os.Exit(sandbox.ExecMain(context.Background(), os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	code := m.Run()
+	if genRoot != "" {
+		os.RemoveAll(genRoot)
+	}
+	os.Exit(code)
+}
+
+func python(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	return p
+}
+
+type task struct {
+	ID               string   `json:"id"`
+	Repo             string   `json:"repo"`
+	ProblemStatement string   `json:"problem_statement"`
+	TestCommand      string   `json:"test_command"`
+	FailToPass       []string `json:"fail_to_pass"`
+	PassToPass       []string `json:"pass_to_pass"`
+	HiddenFiles      []string `json:"hidden_files"`
+	MaxTurns         int      `json:"max_turns"`
+}
+
+type mutation struct {
+	ID   string `json:"id"`
+	File string `json:"file"`
+	Line int    `json:"line"`
+	Demo *int   `json:"demo"`
+}
+
+type demo struct {
+	Messages []struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"messages"`
+}
+
+func readJSONL[T any](t *testing.T, path string) []T {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<22)
+	for sc.Scan() {
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+var (
+	genOnce sync.Once
+	genRoot string // removed after the tests
+	genDirs [2]string
+	genErr  error
+)
+
+// generate runs gen.py twice (same seed) on two modules, once for all
+// tests of the package; the second output is for the determinism check.
+func generate(t *testing.T) string {
+	t.Helper()
+	py := python(t)
+	genOnce.Do(func() {
+		root, err := os.MkdirTemp("", "swe-test-")
+		if err != nil {
+			genErr = err
+			return
+		}
+		genRoot = root
+		for i := range genDirs {
+			genDirs[i] = filepath.Join(root, string(rune('a'+i)))
+			cwd, _ := os.Getwd()
+			out, err := exec.Command(py, "gen.py", genDirs[i], "--modules", "dates,strutil", "--val-modules", "1",
+				"--per-module", "3", "--candidates", "10", "--seed", "7", "--base", cwd).CombinedOutput()
+			if err != nil {
+				genErr = errors.New("gen.py: " + err.Error() + "\n" + string(out))
+				return
+			}
+		}
+	})
+	if genErr != nil {
+		t.Fatal(genErr)
+	}
+	return genDirs[0]
+}
+
+// TestGen: the generator is deterministic (byte-identical files and
+// snapshots for one seed), train and val tasks come from disjoint modules,
+// every task's FAIL_TO_PASS and PASS_TO_PASS split the module's tests with
+// at least one failing, its snapshot differs from the library in exactly
+// the mutated line, and the hidden files are the module's tests.
+func TestGen(t *testing.T) {
+	dir := generate(t)
+	cwd, _ := os.Getwd()
+	rel0, _ := filepath.Rel(cwd, genDirs[0])
+	rel1, _ := filepath.Rel(cwd, genDirs[1])
+	for _, name := range []string{"train.jsonl", "val.jsonl", "sft.jsonl", "mutations.jsonl"} {
+		a, _ := os.ReadFile(filepath.Join(genDirs[0], name))
+		b, _ := os.ReadFile(filepath.Join(genDirs[1], name))
+		// the repo paths name the output directory
+		if len(a) == 0 || string(a) != strings.ReplaceAll(string(b), rel1+"/", rel0+"/") {
+			t.Errorf("%s: not deterministic or empty (%d, %d bytes)", name, len(a), len(b))
+		}
+	}
+	train := readJSONL[task](t, filepath.Join(dir, "train.jsonl"))
+	val := readJSONL[task](t, filepath.Join(dir, "val.jsonl"))
+	if len(train) == 0 || len(val) == 0 {
+		t.Fatalf("%d train, %d val tasks", len(train), len(val))
+	}
+	muts := map[string]mutation{}
+	for _, m := range readJSONL[mutation](t, filepath.Join(dir, "mutations.jsonl")) {
+		muts[m.ID] = m
+	}
+	module := func(x task) string { return strings.TrimSuffix(strings.TrimPrefix(x.HiddenFiles[0], "test_"), ".py") }
+	trainMods := map[string]bool{}
+	for _, x := range train {
+		trainMods[module(x)] = true
+	}
+	for _, x := range val {
+		if trainMods[module(x)] {
+			t.Errorf("val task %s is from train module %s", x.ID, module(x))
+		}
+	}
+	for _, x := range append(train, val...) {
+		mod := module(x)
+		if len(x.HiddenFiles) != 1 || x.HiddenFiles[0] != "test_"+mod+".py" || x.TestCommand != "python3 -m unittest -v {tests}" {
+			t.Errorf("%s: hidden %v, test command %q", x.ID, x.HiddenFiles, x.TestCommand)
+		}
+		all := append(slices.Clone(x.FailToPass), x.PassToPass...)
+		sort.Strings(all)
+		if len(x.FailToPass) == 0 || !slices.Equal(all, moduleTests(t, mod)) {
+			t.Errorf("%s: fail_to_pass %v + pass_to_pass %v, the module's tests %v", x.ID, x.FailToPass, x.PassToPass, moduleTests(t, mod))
+		}
+		if !strings.Contains(x.ProblemStatement, "Reproduce: python3 -c ") || !strings.Contains(x.ProblemStatement, "Expected output: ") {
+			t.Errorf("%s: problem statement %q", x.ID, x.ProblemStatement)
+		}
+		m := muts[x.ID]
+		orig, _ := os.ReadFile(filepath.Join("lib", m.File))
+		mutant, err := os.ReadFile(filepath.Join(x.Repo, m.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ol, ml := strings.Split(string(orig), "\n"), strings.Split(string(mutant), "\n")
+		for i := range ol {
+			if (ol[i] != ml[i]) != (i == m.Line-1) {
+				t.Errorf("%s: line %d differs %v, the mutation is on line %d", x.ID, i+1, ol[i] != ml[i], m.Line)
+			}
+		}
+		b, _ := os.ReadFile(filepath.Join(genDirs[1], "repos", x.ID, m.File))
+		if string(b) != string(mutant) {
+			t.Errorf("%s: snapshot not deterministic", x.ID)
+		}
+	}
+	// Every demonstration ends with submit after the reproduction printed
+	// the expected output.
+	for i, d := range readJSONL[demo](t, filepath.Join(dir, "sft.jsonl")) {
+		n := len(d.Messages)
+		want := d.Messages[1].Content[strings.Index(d.Messages[1].Content, "Expected output: ")+len("Expected output: "):]
+		if n != 11 || d.Messages[n-1].Content != "```bash\nsubmit\n```" || d.Messages[n-2].Content != want {
+			t.Errorf("demonstration %d: %d messages, ends %q / %q", i, n, d.Messages[n-2].Content, d.Messages[n-1].Content)
+		}
+	}
+}
+
+// moduleTests lists the test ids of lib/test_MOD.py as unittest prints them.
+func moduleTests(t *testing.T, mod string) []string {
+	cmd := exec.Command(python(t), "-m", "unittest", "-v", "test_"+mod)
+	cmd.Dir = "lib"
+	out, _ := cmd.CombinedOutput()
+	var ids []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if i, j := strings.Index(line, " ("), strings.Index(line, ") ... "); i > 0 && j > i {
+			ids = append(ids, line[i+2:j])
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// scriptEngine answers each Generate with the next scripted reply and
+// keeps the prompts it was given (decoded).
+type scriptEngine struct {
+	tmpl *chat.ChatML
+	mu   sync.Mutex
+	next []string
+	seen []string
+}
+
+func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seen = append(e.seen, e.tmpl.Tokenizer().Decode(prompt))
+	if len(e.next) == 0 {
+		return engine.Result{}, errors.New("script engine: no reply scripted")
+	}
+	m := chat.Message{Role: chat.RoleAssistant, Content: e.next[0]}
+	e.next = e.next[1:]
+	ids, mask, err := e.tmpl.RenderMasked(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}, m}})
+	if err != nil {
+		return engine.Result{}, err
+	}
+	var out []int32
+	for i, id := range ids {
+		if mask[i] {
+			out = append(out, id)
+		}
+	}
+	return engine.Result{IDs: out, Logprobs: make([]float32, len(out)), FinishReason: engine.FinishStop, Model: "script", ModelVersion: 1}, nil
+}
+
+func (e *scriptEngine) ModelName() string { return "script" }
+func (e *scriptEngine) Version() int64    { return 1 }
+func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
+
+func requireBwrap(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("AGL_REQUIRE_BWRAP") == "1" {
+			t.Fatal("bubblewrap (bwrap) is not installed and AGL_REQUIRE_BWRAP=1")
+		}
+		t.Skip("bubblewrap (bwrap) is not installed")
+	}
+}
+
+// TestHarnessInSandbox runs harness.py on a generated train task through
+// the real controller and sandbox, with a scripted model behind a real
+// gateway: replaying the task's demonstration resolves it (reward 1 from
+// the hidden tests) and every observation the harness sends back is the
+// one the demonstration recorded (so the warm start trains on what the
+// harness really shows); without the fix, or with replies that are not
+// one bash block, the reward is 0.
+func TestHarnessInSandbox(t *testing.T) {
+	requireBwrap(t)
+	dir := generate(t)
+	train := readJSONL[task](t, filepath.Join(dir, "train.jsonl"))
+	muts := map[string]mutation{}
+	for _, m := range readJSONL[mutation](t, filepath.Join(dir, "mutations.jsonl")) {
+		muts[m.ID] = m
+	}
+	demos := readJSONL[demo](t, filepath.Join(dir, "sft.jsonl"))
+	var tk task
+	var dm demo
+	for _, x := range train {
+		if i := muts[x.ID].Demo; i != nil && tk.ID == "" {
+			tk, dm = x, demos[*i]
+		}
+	}
+	if tk.ID == "" {
+		t.Fatal("no train task with its demonstration")
+	}
+	var replies, observations []string
+	for _, m := range dm.Messages[2:] {
+		if m.Role == "assistant" {
+			replies = append(replies, m.Content)
+		} else {
+			observations = append(observations, m.Content)
+		}
+	}
+	noFix := slices.Clone(replies)
+	noFix[2] = "```bash\necho " + "thinking" + "\n```"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tmpl, err := chat.NewSmall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &scriptEngine{tmpl: tmpl}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const admin = "admin-key-for-the-swe-test"
+	gw := gateway.New(gateway.Options{Store: st, AdminKey: admin, Logger: quiet,
+		LLM: proxy.New(proxy.Config{}, st, proxy.NewTokenBackend(eng, tmpl, tmpl.Tokenizer(), 0))})
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd, _ := os.Getwd()
+	cfg := controller.Config{GatewayURL: srv.URL, AdminKey: admin, Command: []string{python(t), "harness.py"}, Dir: cwd,
+		Env:               []string{"SWE_MAX_TOKENS=400"},
+		HeartbeatInterval: 200 * time.Millisecond, PollInterval: 50 * time.Millisecond, KillGrace: time.Second, Logger: quiet, Agl: exe,
+		Sandbox: controller.SandboxConfig{Limits: sandbox.Limits{Timeout: 15 * time.Second, MemoryBytes: 256 << 20, Processes: 64,
+			DiskBytes: 64 << 20, OutputBytes: 64 << 10}},
+		Tests: controller.TestsConfig{Timeout: 60 * time.Second}}
+	cctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- controller.Run(cctx, cfg) }()
+	defer func() { stop(); <-done }()
+
+	taskJSON, _ := os.ReadFile(filepath.Join(dir, "train.jsonl"))
+	var line string
+	for _, l := range strings.Split(string(taskJSON), "\n") {
+		if strings.Contains(l, `"id": "`+tk.ID+`"`) {
+			line = l
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		replies []string
+		reward  float64
+		check   func(t *testing.T, prompts []string)
+	}{
+		{"demonstration replayed", replies, 1, func(t *testing.T, prompts []string) {
+			last := prompts[len(prompts)-1]
+			for i, obs := range observations {
+				if !strings.Contains(last, obs) {
+					t.Errorf("observation %d of the demonstration %q is not what the harness sent:\n%s", i+1, obs, last)
+				}
+			}
+		}},
+		{"no fix", noFix, 0, nil},
+		{"not one bash block", []string{"I would fix it.", "```bash\nls\n```\n```bash\nls\n```", "```bash\nsubmit\n```"}, 0, func(t *testing.T, prompts []string) {
+			if n := strings.Count(prompts[len(prompts)-1], "Format error: reply with exactly one ```bash block."); n != 2 {
+				t.Errorf("%d format errors sent, want 2", n)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng.mu.Lock()
+			eng.next, eng.seen = slices.Clone(tc.replies), nil
+			eng.mu.Unlock()
+			rs, err := st.CreateRollouts(ctx, []store.NewRollout{{Task: json.RawMessage(line), Mode: store.ModeVal,
+				Config: store.RolloutConfig{TimeoutSeconds: 120}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r store.Rollout
+			for {
+				if r, err = st.GetRollout(ctx, rs[0].ID); err != nil {
+					t.Fatal(err)
+				}
+				if r.Status.Terminal() {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatal("rollout did not finish")
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			evs, err := st.ListEvents(ctx, store.EventFilter{RolloutID: r.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var testsEv string
+			for _, e := range evs {
+				if e.Type == "tests" {
+					testsEv = string(e.Data)
+				}
+			}
+			if r.Reward == nil || *r.Reward != tc.reward {
+				t.Fatalf("status %s reward %v, want %v (error %q; tests event %s)", r.Status, r.Reward, tc.reward, r.Error, testsEv)
+			}
+			eng.mu.Lock()
+			prompts, left := eng.seen, len(eng.next)
+			eng.mu.Unlock()
+			if left != 0 || len(prompts) != len(tc.replies) {
+				t.Errorf("%d calls for %d scripted replies (%d left)", len(prompts), len(tc.replies), left)
+			}
+			if strings.Contains(prompts[0], "fail_to_pass") || strings.Contains(prompts[0], "test_command") {
+				t.Errorf("the model saw the task's test fields: %s", prompts[0])
+			}
+			if tc.check != nil {
+				tc.check(t, prompts)
+			}
+		})
+	}
+}
+
+// TestHarnessRefusesUnsandboxed: without AGL_SANDBOX_EXEC the harness
+// runs no command at all and says why.
+func TestHarnessRefusesUnsandboxed(t *testing.T) {
+	cmd := exec.Command(python(t), "harness.py")
+	cmd.Env = append(os.Environ(), "AGL_SANDBOX_EXEC=", "AGL_TASK={}", "OPENAI_BASE_URL=http://127.0.0.1:9/v1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "AGL_SANDBOX_EXEC is not set") {
+		t.Fatalf("harness without a sandbox: %v\n%s", err, out)
+	}
+}
