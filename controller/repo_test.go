@@ -224,7 +224,10 @@ func TestRepoRewardHacking(t *testing.T) {
 					t.Errorf("shadowing %v, want [re.py unittest]", te.Shadowing)
 				}
 			}},
-		{name: "(7) fork bomb, then the fix", cmds: []string{`:(){ :|:& };:`, fixCmd}, want: 1, limited: "processes"},
+		// The shell lives on for a second: when it exits, the sandbox's pid
+		// namespace ends and takes the bomb with it, maybe before the bomb
+		// reached the limit.
+		{name: "(7) fork bomb, then the fix", cmds: []string{`:(){ :|:& };:; sleep 1`, fixCmd}, want: 1, limited: "processes"},
 		{name: "(7) fill the disk after the fix", cmds: []string{fixCmd, "dd if=/dev/zero of=big bs=1M count=200 2>&1 | tail -1; df -h . | tail -1"},
 			want: 1, limited: "disk", logHas: []string{"the workspace is full"}},
 		{name: "(7) print 1 GB", cmds: []string{"head -c 1000000000 /dev/zero | tr '\\0' x; echo printed"}, want: 0, limited: "output", logHas: []string{"stdout truncated at 65536 bytes"}},

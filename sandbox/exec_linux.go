@@ -116,6 +116,7 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 	res.Truncated = outTrunc || errTrunc
 	res.Blocked = seen.list()
 	res.MemoryLimit, res.ProcessLimit = cg.hit()
+	res.ProcessLimit = res.ProcessLimit || seen.has(forkRefused)
 	var ee *exec.ExitError
 	switch {
 	case res.TimedOut:

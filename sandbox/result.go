@@ -57,6 +57,22 @@ var blockedSigns = []struct{ kind, text string }{
 	{BlockedNetwork, "Connection refused"},
 	{BlockedGit, "not a git repository"},
 	{BlockedReadOnly, "Read-only file system"},
+	// A refused fork, whichever limit refused it (the cgroup's pids.max,
+	// RLIMIT_NPROC): shells and libc say so. Counted as ProcessLimit, not
+	// listed in Blocked.
+	{forkRefused, "fork: retry: Resource temporarily unavailable"},
+	{forkRefused, "fork: Resource temporarily unavailable"},
+	{forkRefused, "Cannot fork"},
+}
+
+// forkRefused is the sign kind of a refused fork.
+const forkRefused = "fork"
+
+// has reports whether a sign of kind was seen.
+func (s *signs) has(kind string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[kind]
 }
 
 // signs collects the kinds of blockedSigns seen in the output streams.
