@@ -56,10 +56,18 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() == 0 {
 		return fmt.Errorf("train: want one config file: agl train CONFIG")
 	}
+	// Flags may follow the config too (the examples' run.sh pass theirs
+	// after it).
 	cfgPath := fs.Arg(0)
+	if err := fs.Parse(fs.Args()[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("train: want one config file: agl train CONFIG (got also %q)", fs.Args())
+	}
 	fl := flag.NewFlagSet("", flag.ContinueOnError)
 	load := configFlags(fl)
 	fl.Parse([]string{"--config", cfgPath})

@@ -408,3 +408,24 @@ trainer: {mode: async, max_staleness: %d, tasks: tasks.jsonl, steps: %d, tasks_p
 		t.Errorf("metrics count %d replaced rollouts, the store %d", sumReplaced, replaced)
 	}
 }
+
+// TestTrainArgs: flags may come before or after the config (the examples'
+// run.sh pass theirs after it); anything else is a one-line error.
+func TestTrainArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train"}, "want one config file"},
+		{[]string{"train", "a.yaml", "b.yaml"}, `got also ["b.yaml"]`},
+		{[]string{"train", "a.yaml", "--steps", "x"}, `invalid value "x" for flag -steps`},
+		{[]string{"train", "--steps", "x", "a.yaml"}, `invalid value "x" for flag -steps`},
+		{[]string{"train", "missing.yaml", "--steps", "3"}, "missing.yaml"},
+	} {
+		var out bytes.Buffer
+		err := run(context.Background(), tc.args, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
