@@ -16,7 +16,10 @@ fi
 # bubblewrap; as root with apt, install it when missing. Without it they
 # skip, unless AGL_REQUIRE_BWRAP=1 (CI) makes that a failure.
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
+	export DEBIAN_FRONTEND=noninteractive
+	# A fresh machine may have no package lists yet: update once if needed.
+	{ apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
+		{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } ||
 		echo "test.sh: could not install bubblewrap; the sandbox tests skip" >&2
 fi
 exec scripts/with-postgres.sh go test -race -gcflags=all=-d=checkptr=0 -timeout 20m "$@" ./...
