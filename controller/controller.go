@@ -758,9 +758,9 @@ type logData struct {
 }
 
 // appendLogs appends the stdout and stderr tails (those not empty) as one
-// "log" event each.
+// "log" event each (appendTails).
 func (c *runner) appendLogs(ctx context.Context, a *attempt) {
-	var evs []store.NewEvent
+	var logs []Log
 	for _, s := range []struct{ name, path string }{{"stdout", a.outPath}, {"stderr", a.errPath}} {
 		fi, err := os.Stat(s.path)
 		if err != nil || fi.Size() == 0 {
@@ -768,23 +768,10 @@ func (c *runner) appendLogs(ctx context.Context, a *attempt) {
 		}
 		// Read a margin more than kept, so that a key the tail's start
 		// would cut in two is still whole when redacted.
-		text := a.redact(readTail(s.path, c.cfg.LogTailBytes+a.margin()))
-		truncated := fi.Size() > int64(c.cfg.LogTailBytes)
-		if len(text) > c.cfg.LogTailBytes {
-			text = runeStart(text[len(text)-c.cfg.LogTailBytes:])
-		}
-		d, err := json.Marshal(logData{Stream: s.name, Text: text, Bytes: fi.Size(), Truncated: truncated})
-		if err != nil {
-			continue
-		}
-		evs = append(evs, store.NewEvent{Type: store.EventLog, Data: d})
+		logs = append(logs, Log{Stream: s.name, Text: readTail(s.path, c.cfg.LogTailBytes+a.margin()),
+			Bytes: fi.Size(), Truncated: fi.Size() > int64(c.cfg.LogTailBytes)})
 	}
-	if len(evs) == 0 {
-		return
-	}
-	if err := c.append(ctx, a, evs...); err != nil {
-		a.log.Warn("controller: append log events", "err", err)
-	}
+	c.appendTails(ctx, a, logs)
 }
 
 // margin is the longest secret the attempt redacts.
