@@ -39,7 +39,22 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(runInOwnTemp(m))
+}
+
+// runInOwnTemp runs the tests with TMPDIR set to a directory of their own,
+// removed afterwards: the crash tests SIGKILL agl processes, which then
+// leave their attempt directories behind, and those must not pile up in
+// the machine's /tmp.
+func runInOwnTemp(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "aglt")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "TestMain:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Setenv("TMPDIR", dir)
+	return m.Run()
 }
 
 // agentsHarness is a three-agent harness on the real openai-go SDK: the
