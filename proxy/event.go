@@ -13,9 +13,10 @@ import (
 // appendModelCall appends mc as JSON, exactly as json.Marshal would shape
 // it (same keys, same omitempty rules), without reflection and without
 // re-validating Request/Response/Sampling: the gateway produced or already
-// parsed them, so they are known to be valid JSON. It is on every call's
-// hot path.
-func appendModelCall(b []byte, mc *api.ModelCall) []byte {
+// parsed them, so they are known to be valid JSON. promptJSON, when not
+// nil, stands for mc.PromptIDs: the ids as encoding/json writes them. It
+// is on every call's hot path.
+func appendModelCall(b []byte, mc *api.ModelCall, promptJSON []byte) []byte {
 	b = append(b, `{"call_id":`...)
 	b = fastjson.AppendString(b, mc.CallID)
 	b = append(b, `,"api":`...)
@@ -28,7 +29,13 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 		b = append(b, `,"agent":`...)
 		b = fastjson.AppendString(b, mc.Agent)
 	}
-	if len(mc.PromptIDs) > 0 {
+	switch {
+	case promptJSON != nil:
+		if len(promptJSON) > len("[]") {
+			b = append(b, `,"prompt_ids":`...)
+			b = append(b, promptJSON...)
+		}
+	case len(mc.PromptIDs) > 0:
 		b = append(b, `,"prompt_ids":`...)
 		b = fastjson.AppendInt32s(b, mc.PromptIDs)
 	}

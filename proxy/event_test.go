@@ -9,6 +9,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/internal/fastjson"
 )
 
 // TestAppendModelCall: the hand-written event encoder produces the same
@@ -28,8 +29,14 @@ func TestAppendModelCall(t *testing.T) {
 	if err := json.Unmarshal(full.Sampling, &gotS); err != nil || !reflect.DeepEqual(gotS, s) {
 		t.Fatalf("sampling %s → %+v %v", full.Sampling, gotS, err)
 	}
-	for _, mc := range []api.ModelCall{full, {}, {CallID: "x", Continued: false, LatencyMS: 0.001}} {
-		got := appendModelCall(nil, &mc)
+	for _, mc := range []api.ModelCall{full, {}, {CallID: "x", Continued: false, LatencyMS: 0.001}, {PromptIDs: []int32{}}} {
+		got := appendModelCall(nil, &mc, nil)
+		// The prompt ids given as their JSON give the same bytes.
+		text := mc
+		text.PromptIDs = nil
+		if js := appendModelCall(nil, &text, fastjson.AppendInt32s(nil, mc.PromptIDs)); mc.PromptIDs != nil && string(js) != string(got) {
+			t.Errorf("prompt ids as JSON:\n%s\nwant\n%s", js, got)
+		}
 		want, err := json.Marshal(&mc)
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +57,7 @@ func TestAppendModelCall(t *testing.T) {
 	}
 	// Infinite log-probs still give valid JSON.
 	inf := api.ModelCall{ResponseIDs: []int32{1, 2}, ResponseLogprobs: []float32{float32(math.Inf(-1)), float32(math.NaN())}}
-	if b := appendModelCall(nil, &inf); !json.Valid(b) {
+	if b := appendModelCall(nil, &inf, nil); !json.Valid(b) {
 		t.Fatalf("invalid JSON %s", b)
 	}
 }

@@ -815,7 +815,7 @@ func (c *call) eventData(resp []byte) []byte {
 		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(c.chat.Sampling.MaxTokens)+" clamped to "+strconv.Itoa(res.Sampling.MaxTokens)+", the room left in the context)")
 	}
 	mc.Sampling = appendSampling(make([]byte, 0, 96), &samp)
-	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc)
+	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+len(res.PromptIDsJSON)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc, res.PromptIDsJSON)
 }
 
 // record appends the model_request event for c.

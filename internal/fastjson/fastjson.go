@@ -570,6 +570,62 @@ func (s *Scanner) Int32s() ([]int32, bool) {
 	return out, a.OK()
 }
 
+// Int32sText reads an array of integers that fit in int32 written exactly
+// as encoding/json writes an []int32 ("[1,-2,3]", "[]": no white space
+// inside, no leading zeros, no "-0") and returns its bytes and the number
+// of elements, without converting them: text is what AppendInt32s writes
+// for the ids json.Unmarshal reads from it. For anything else (null, white
+// space inside, another number form, a value out of range) it reports
+// false and leaves the scanner where it was, so that the caller can read
+// the value another way.
+func (s *Scanner) Int32sText() (text []byte, n int, ok bool) {
+	p0 := s.pos
+	s.ws()
+	d, start := s.data, s.pos
+	s.pos = p0
+	if start >= len(d) || d[start] != '[' {
+		return nil, 0, false
+	}
+	i := start + 1
+	if i < len(d) && d[i] == ']' {
+		s.pos = i + 1
+		return d[start : i+1], 0, true
+	}
+	for {
+		neg := i < len(d) && d[i] == '-'
+		if neg {
+			i++
+		}
+		j := i
+		var v uint64
+		for i < len(d) && i-j <= 10 {
+			c := d[i] - '0'
+			if c > 9 {
+				break
+			}
+			v = v*10 + uint64(c)
+			i++
+		}
+		digits := i - j
+		if digits == 0 || digits > 10 || digits > 1 && d[j] == '0' || neg && v == 0 || v > 1<<31 || !neg && v == 1<<31 {
+			return nil, 0, false
+		}
+		n++
+		if i >= len(d) {
+			return nil, 0, false
+		}
+		switch d[i] {
+		case ']':
+			s.pos = i + 1
+			return d[start : i+1], n, true
+		case ',':
+			i++
+		default:
+			return nil, 0, false
+		}
+	}
+}
+
 // Float32s reads an array of float32 as encoding/json would into a
 // []float32 (null: nil; []: empty, not nil).
 func (s *Scanner) Float32s() ([]float32, bool) {

@@ -196,3 +196,48 @@ func TestInt32sFloat32sMatchEncodingJSON(t *testing.T) {
 		t.Errorf("Float32s = %v, %v", v, ok)
 	}
 }
+
+// checkInt32sText: whatever Int32sText accepts, json.Unmarshal reads as an
+// []int32 that AppendInt32s writes back to the same bytes, with as many
+// elements as it said; what it refuses leaves the scanner where it was.
+func checkInt32sText(t *testing.T, in string) bool {
+	s := New([]byte(in))
+	text, n, ok := s.Int32sText()
+	if !ok {
+		if s.pos != 0 {
+			t.Errorf("Int32sText(%q) refused but moved to %d", in, s.pos)
+		}
+		return false
+	}
+	var ids []int32
+	if err := json.Unmarshal(text, &ids); err != nil {
+		t.Fatalf("Int32sText accepted %q, encoding/json: %v", text, err)
+	}
+	if got := AppendInt32s(nil, ids); string(got) != string(text) || len(ids) != n {
+		t.Fatalf("Int32sText(%q) = %q (%d ids), written back %q (%d)", in, text, n, got, len(ids))
+	}
+	return true
+}
+
+func TestInt32sText(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{`[]`, true}, {`[0]`, true}, {`[1,-2,3]`, true}, {` [7]`, true}, {`[2147483647,-2147483648]`, true}, {`[1]x`, true},
+		{`null`, false}, {`[ 1]`, false}, {`[1 ]`, false}, {`[1, 2]`, false}, {`[01]`, false}, {`[-0]`, false}, {`[2147483648]`, false},
+		{`[-2147483649]`, false}, {`[99999999999]`, false}, {`[1.5]`, false}, {`[1e2]`, false}, {`[1,]`, false}, {`[,1]`, false},
+		{`[-]`, false}, {` 0000`, false}, {`[1`, false}, {`[`, false}, {``, false}, {`["1"]`, false}, {`{}`, false},
+	} {
+		if got := checkInt32sText(t, tc.in); got != tc.want {
+			t.Errorf("Int32sText(%q) accepted: %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzInt32sText(f *testing.F) {
+	for _, s := range []string{`[1,-2,3]`, `[]`, `[2147483647]`, `[01]`, `[1, 2]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkInt32sText(t, string(data)) })
+}
