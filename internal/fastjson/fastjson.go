@@ -178,7 +178,11 @@ func (s *Scanner) Float(bits int) (float64, bool) {
 
 // String reads a string.
 func (s *Scanner) String() (string, bool) {
-	b, ok := s.str(nil)
+	b, fresh, ok := s.str(true)
+	if fresh {
+		// b is the scanner's own new buffer: no need to copy it again.
+		return unsafe.String(unsafe.SliceData(b), len(b)), ok
+	}
 	return string(b), ok
 }
 
@@ -192,11 +196,23 @@ func (s *Scanner) StringOrNull(v *string) bool {
 	return ok
 }
 
-// str reads a string, unescaped; without escapes it returns a slice of the
-// input (buf unused).
-func (s *Scanner) str(buf []byte) ([]byte, bool) {
+// RawString reads any value as Raw does; when it is a string, str is
+// also that string decoded (isString true), in the same pass.
+func (s *Scanner) RawString() (raw []byte, str string, isString, ok bool) {
 	if s.peek() != '"' {
-		return nil, false
+		raw, ok = s.Raw()
+		return raw, "", false, ok
+	}
+	start := s.pos
+	str, ok = s.String()
+	return s.data[start:s.pos], str, true, ok
+}
+
+// str reads a string, unescaped when build (else only checked); without
+// escapes it returns a slice of the input, else a new buffer (fresh).
+func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
+	if s.peek() != '"' {
+		return nil, false, false
 	}
 	d := s.data
 	i := s.pos + 1
@@ -204,97 +220,120 @@ func (s *Scanner) str(buf []byte) ([]byte, bool) {
 	ascii := true
 	for {
 		if i >= len(d) {
-			return nil, false
+			return nil, false, false
 		}
 		c := d[i]
 		if c == '"' {
 			if !ascii && !utf8.Valid(d[start:i]) {
-				return nil, false
+				return nil, false, false
 			}
 			s.pos = i + 1
-			return d[start:i], true
+			return d[start:i], false, true
 		}
 		if c == '\\' {
 			break
 		}
 		if c < 0x20 {
-			return nil, false
+			return nil, false, false
 		}
 		if c >= 0x80 {
 			ascii = false
 		}
 		i++
 	}
-	// Escapes: copy into buf.
+	// Escapes: copy into a buffer of the escaped length (no longer than
+	// the decoded text).
 	if !ascii && !utf8.Valid(d[start:i]) {
-		return nil, false
+		return nil, false, false
 	}
-	buf = append(buf, d[start:i]...)
+	var buf []byte
+	if build {
+		end := i
+		for end < len(d) && d[end] != '"' {
+			if d[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		buf = make([]byte, 0, min(end, len(d))-start)
+		buf = append(buf, d[start:i]...)
+	}
 	for {
 		if i >= len(d) {
-			return nil, false
+			return nil, false, false
 		}
 		c := d[i]
 		switch {
 		case c == '"':
 			s.pos = i + 1
-			return buf, true
+			return buf, build, true
 		case c < 0x20:
-			return nil, false
+			return nil, false, false
 		case c == '\\':
 			if i+1 >= len(d) {
-				return nil, false
+				return nil, false, false
 			}
+			var e byte
 			switch d[i+1] {
 			case '"', '\\', '/':
-				buf = append(buf, d[i+1])
+				e = d[i+1]
 			case 'b':
-				buf = append(buf, '\b')
+				e = '\b'
 			case 'f':
-				buf = append(buf, '\f')
+				e = '\f'
 			case 'n':
-				buf = append(buf, '\n')
+				e = '\n'
 			case 'r':
-				buf = append(buf, '\r')
+				e = '\r'
 			case 't':
-				buf = append(buf, '\t')
+				e = '\t'
 			case 'u':
 				r, ok := hex4(d, i+2)
 				if !ok {
-					return nil, false
+					return nil, false, false
 				}
 				i += 6
 				if utf16.IsSurrogate(r) {
 					// Only a valid pair is decoded here.
 					if i+1 >= len(d) || d[i] != '\\' || d[i+1] != 'u' {
-						return nil, false
+						return nil, false, false
 					}
 					r2, ok := hex4(d, i+2)
 					if !ok {
-						return nil, false
+						return nil, false, false
 					}
 					dec := utf16.DecodeRune(r, r2)
 					if dec == utf8.RuneError {
-						return nil, false
+						return nil, false, false
 					}
 					r = dec
 					i += 6
 				}
-				buf = utf8.AppendRune(buf, r)
+				if build {
+					buf = utf8.AppendRune(buf, r)
+				}
 				continue
 			default:
-				return nil, false
+				return nil, false, false
+			}
+			if build {
+				buf = append(buf, e)
 			}
 			i += 2
 		default:
 			j := i
 			for i < len(d) && d[i] != '"' && d[i] != '\\' && d[i] >= 0x20 {
+				if d[i] >= 0x80 {
+					ascii = false
+				}
 				i++
 			}
-			if !utf8.Valid(d[j:i]) {
-				return nil, false
+			if !ascii && !utf8.Valid(d[j:i]) {
+				return nil, false, false
 			}
-			buf = append(buf, d[j:i]...)
+			if build {
+				buf = append(buf, d[j:i]...)
+			}
 		}
 	}
 }
@@ -354,7 +393,7 @@ func (s *Scanner) skip(depth int) bool {
 		}
 		return a.OK()
 	case '"':
-		_, ok := s.str(nil)
+		_, _, ok := s.str(false)
 		return ok
 	case 't', 'f':
 		_, ok := s.Bool()
@@ -452,7 +491,7 @@ func (o *Object) next() ([]byte, bool) {
 		s.pos++
 	}
 	o.n++
-	k, ok := s.str(nil)
+	k, _, ok := s.str(true)
 	if !ok || s.peek() != ':' {
 		o.ok = false
 		return nil, false

@@ -241,3 +241,22 @@ func FuzzInt32sText(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkInt32sText(t, string(data)) })
 }
+
+// TestRawString: RawString reads what Raw reads, and a string also as
+// String decodes it; Skip accepts exactly the strings String does.
+func TestRawString(t *testing.T) {
+	for _, in := range append([]string{`"a\nb"`, `"\u00e9\ud83d\ude00x"`, `"bad \x"`, `"\ud800"`, `[1,"x"]`, `"` + strings.Repeat(`ab\"\\`, 300) + `"`}, seeds...) {
+		raw, str, isString, ok := New([]byte(in)).RawString()
+		wantRaw, wantOK := New([]byte(in)).Raw()
+		if ok != wantOK || string(raw) != string(wantRaw) {
+			t.Errorf("RawString(%q) = %q, %v; Raw %q, %v", in, raw, ok, wantRaw, wantOK)
+		}
+		want, sok := New([]byte(in)).String()
+		if isString && ok && (!sok || str != want) {
+			t.Errorf("RawString(%q) string %q, String %q (%v)", in, str, want, sok)
+		}
+		if skip := New([]byte(in)).Skip(); in[0] == '"' && skip != sok {
+			t.Errorf("Skip(%q) = %v, String ok %v", in, skip, sok)
+		}
+	}
+}
