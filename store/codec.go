@@ -303,6 +303,43 @@ func parseIDs(v []byte, ids []int32, check bool) ([]int32, bool) {
 	}
 }
 
+// CallLayout locates, in a model_request event's JSON, the values its
+// stored form cuts out: byte offsets [start, end) into the data of the
+// values (without white space) of the top-level prompt_ids,
+// response_ids and request members, a zero span for one that is absent,
+// and the agent the event names. The writer that built the JSON knows
+// them; the encoder then does not scan the JSON for them. It checks its
+// reassembly whatever the layout says, so a wrong layout costs
+// compression, never data.
+type CallLayout struct {
+	PromptIDs, ResponseIDs, Request [2]int
+	Agent                           string
+}
+
+// holes returns the layout's spans, in order; ok is false when they are
+// not spans of values of their kind in data, in order.
+func (l *CallLayout) holes(data []byte) (holes []span, ok bool) {
+	last := 0
+	for _, h := range [...]span{{holePromptIDs, l.PromptIDs[0], l.PromptIDs[1]}, {holeResponseIDs, l.ResponseIDs[0], l.ResponseIDs[1]}, {holeRequest, l.Request[0], l.Request[1]}} {
+		if h.start == 0 && h.end == 0 {
+			continue
+		}
+		if h.start < last || h.end-h.start < 2 || h.end > len(data) {
+			return nil, false
+		}
+		open, end := byte('['), byte(']')
+		if h.kind == holeRequest {
+			open, end = '{', '}'
+		}
+		if data[h.start] != open || data[h.end-1] != end {
+			return nil, false
+		}
+		holes = append(holes, h)
+		last = h.end
+	}
+	return holes, true
+}
+
 // BaseOf returns the CallBase a model_request event's JSON provides (its
 // Seq left 0), and the agent it names; ok is false when data is not an
 // object.

@@ -151,7 +151,7 @@ func TestDecodeEventsChain(t *testing.T) {
 		data := callJSON(agent, prompt, []int32{int32(i)}, i, "")
 		b := c.Batch()
 		seq++
-		enc := b.Encode("r", "a", EventModelRequest, data)
+		enc := b.Encode("r", "a", NewEvent{Type: EventModelRequest, Data: data})
 		if i >= 2 && BaseSeq(enc.Data) != seq-4 {
 			t.Fatalf("call %d stored against %d, want %d", i, BaseSeq(enc.Data), seq-4)
 		}
@@ -277,5 +277,65 @@ func TestScanHelpers(t *testing.T) {
 		if got := commonSuffix(a, c, len(a)); got != n {
 			t.Errorf("commonSuffix differing %d from the end = %d", n, got)
 		}
+	}
+}
+
+// TestEncodeWithLayout: an event encoded with the layout its writer gives
+// is stored exactly as when the encoder finds the values itself; a wrong
+// layout (out of range, out of order, another value) still stores what
+// reads back as the event.
+func TestEncodeWithLayout(t *testing.T) {
+	prev := callJSON("", []int32{1, 2, 3}, []int32{4}, 3, "")
+	data := callJSON("", []int32{1, 2, 3, 4, 9, 9}, []int32{5, 6}, 4, "")
+	holes, _, _ := topFields(data)
+	var right CallLayout
+	for _, h := range holes {
+		sp := [2]int{h.start, h.end}
+		switch h.kind {
+		case holePromptIDs:
+			right.PromptIDs = sp
+		case holeResponseIDs:
+			right.ResponseIDs = sp
+		default:
+			right.Request = sp
+		}
+	}
+	logprobs := bytes.Index(data, []byte(`[-0.5`))
+	shift := func(l CallLayout, d int) CallLayout { l.Request[0] += d; return l }
+	for _, tc := range []struct {
+		name   string
+		layout *CallLayout
+		same   bool // stored exactly as without a layout
+	}{
+		{"none", nil, true},
+		{"right", &right, true},
+		{"out of range", &CallLayout{PromptIDs: [2]int{len(data) - 2, len(data) + 10}}, true},
+		{"out of order", &CallLayout{PromptIDs: right.Request, Request: right.PromptIDs}, true},
+		{"request shifted", func() *CallLayout { l := shift(right, 1); return &l }(), true},
+		{"another array", &CallLayout{PromptIDs: [2]int{logprobs, logprobs + len(`[-0.5,-1.25]`)}, Request: right.Request}, false},
+		{"no request", &CallLayout{PromptIDs: right.PromptIDs, ResponseIDs: right.ResponseIDs}, false},
+		{"other agent", &CallLayout{PromptIDs: right.PromptIDs, ResponseIDs: right.ResponseIDs, Request: right.Request, Agent: "x"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewBases(DefaultBasesBytes)
+			b := c.Batch()
+			first := b.Encode("r", "a", NewEvent{Type: EventModelRequest, Data: prev})
+			b.Stored("r", "a", first, 1)
+			b.Commit()
+			want := c.Batch().Encode("r", "a", NewEvent{Type: EventModelRequest, Data: data})
+			got := c.Batch().Encode("r", "a", NewEvent{Type: EventModelRequest, Data: data, Layout: tc.layout})
+			if tc.same != bytes.Equal(got.Data, want.Data) {
+				t.Errorf("stored form same as without a layout: %v, want %v", !tc.same, tc.same)
+			}
+			var base *CallBase
+			if BaseSeq(got.Data) == 1 {
+				_, base, _ = decodeEvent(first.Data, nil, true)
+				base.Seq = 1
+			}
+			back, err := DecodeEvent(got.Data, base)
+			if err != nil || !bytes.Equal(back, data) {
+				t.Fatalf("reads back %.80q, %v", back, err)
+			}
+		})
 	}
 }
