@@ -724,7 +724,13 @@ func (c *Client) Completion(ctx context.Context, req CompletionRequest) (*Result
 }
 
 func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wireRequest) (*Result, error) {
-	body, ok := appendRequest(make([]byte, 0, 1024), w)
+	size := 1024 + 4*len(w.StopTokenIDs)
+	for i := range w.Messages {
+		if m := &w.Messages[i]; m.Content != nil {
+			size += len(*m.Content) + len(*m.Content)/16 + 64
+		}
+	}
+	body, ok := appendRequest(make([]byte, 0, size), w)
 	if !ok {
 		var err error
 		if body, err = json.Marshal(w); err != nil {

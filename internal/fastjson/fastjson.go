@@ -208,6 +208,15 @@ func (s *Scanner) RawString() (raw []byte, str string, isString, ok bool) {
 	return s.data[start:s.pos], str, true, ok
 }
 
+// strPlain marks the bytes a string holds as they are: ASCII but for
+// control characters, quote and backslash.
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // str reads a string, unescaped when build (else only checked); without
 // escapes it returns a slice of the input, else a new buffer (fresh).
 func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
@@ -223,6 +232,10 @@ func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
 			return nil, false, false
 		}
 		c := d[i]
+		if strPlain[c] {
+			i++
+			continue
+		}
 		if c == '"' {
 			if !ascii && !utf8.Valid(d[start:i]) {
 				return nil, false, false
@@ -322,7 +335,7 @@ func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
 			i += 2
 		default:
 			j := i
-			for i < len(d) && d[i] != '"' && d[i] != '\\' && d[i] >= 0x20 {
+			for i < len(d) && (strPlain[d[i]] || d[i] >= 0x80) {
 				if d[i] >= 0x80 {
 					ascii = false
 				}
@@ -689,6 +702,14 @@ func (s *Scanner) Float32s() ([]float32, bool) {
 // IntBits is the size of Go's int, for Int.
 const IntBits = 32 << (^uint(0) >> 63)
 
+// plain marks the ASCII bytes AppendString copies as they are.
+var plain = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // AppendString appends s as a JSON string exactly as encoding/json's
 // Marshal writes it (HTML-safe: <, > and & escaped; U+2028 and U+2029
 // escaped; invalid UTF-8 replaced by U+FFFD).
@@ -698,7 +719,7 @@ func AppendString(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if plain[c] {
 				i++
 				continue
 			}
