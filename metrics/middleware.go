@@ -219,10 +219,40 @@ func (s *countingStore) observe(evs []store.NewEvent) {
 	if s.m.callsFromEvents && byType[store.EventModelRequest] > 0 {
 		for _, e := range evs {
 			if e.Type == store.EventModelRequest {
-				s.m.observeCallEvent(e.Data)
+				s.m.observeCallEvent(summaryData(e), e.Data)
 			}
 		}
 	}
+}
+
+// summaryData returns the JSON of a model_request event for its
+// callSummary: with the layout its writer gave, the event without its
+// token ids and request (each replaced by null), which the summary does
+// not read and which make up nearly all of a long rollout's event.
+func summaryData(e store.NewEvent) []byte {
+	l := e.Layout
+	if l == nil {
+		return e.Data
+	}
+	var out []byte
+	last := 0
+	for _, sp := range [...][2]int{l.PromptIDs, l.ResponseIDs, l.Request} {
+		if sp == [2]int{} {
+			continue
+		}
+		if sp[0] < last || sp[1] <= sp[0] || sp[1] > len(e.Data) {
+			return e.Data
+		}
+		if out == nil {
+			out = make([]byte, 0, 256+len(e.Data)/64)
+		}
+		out = append(append(out, e.Data[last:sp[0]]...), "null"...)
+		last = sp[1]
+	}
+	if out == nil {
+		return e.Data
+	}
+	return append(out, e.Data[last:]...)
 }
 
 // countingLate counts the events of a store.LateWriter.
@@ -254,9 +284,11 @@ type callSummary struct {
 	LatencyMS float64 `json:"latency_ms"`
 }
 
-func (m *Metrics) observeCallEvent(data json.RawMessage) {
+// observeCallEvent observes the call a model_request event describes,
+// read from summary (the event, or its summaryData), else from data.
+func (m *Metrics) observeCallEvent(summary, data []byte) {
 	var c callSummary
-	if json.Unmarshal(data, &c) != nil || c.API == "" {
+	if json.Unmarshal(summary, &c) != nil && (len(summary) == len(data) || json.Unmarshal(data, &c) != nil) || c.API == "" {
 		return
 	}
 	m.ObserveCall(c.API, http.StatusOK, time.Duration(c.LatencyMS*float64(time.Millisecond)), c.Usage.PromptTokens, c.Usage.CompletionTokens)

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http/httptest"
@@ -40,7 +41,7 @@ func TestWrapStoreKeepsOptionalInterfaces(t *testing.T) {
 		late, prn bool
 		journaled int // events the spy saw recorded
 	}{
-		{"sqlite", func(s *spyStore) store.Store { return s }, true, true, 1},
+		{"sqlite", func(s *spyStore) store.Store { return s }, true, true, 4},
 		{"bare", func(s *spyStore) store.Store { return bareStore{s} }, false, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,8 +73,19 @@ func TestWrapStoreKeepsOptionalInterfaces(t *testing.T) {
 			}
 			call, _ := json.Marshal(api.ModelCall{CallID: "c1", API: api.ShapeChatCompletions, PromptIDs: []int32{1, 2}, ResponseIDs: []int32{3},
 				Usage: api.Usage{PromptTokens: 2, CompletionTokens: 1}, LatencyMS: 5})
-			if err := rec.RecordEvents(ctx, "r1", cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: call}}); err != nil {
-				t.Fatal(err)
+			// The gateway's events come with their layout (the summary
+			// skips the ids and request); a wrong one costs nothing.
+			at := func(key string, n int) [2]int {
+				i := bytes.Index(call, []byte(`"`+key+`":`)) + len(key) + 3
+				return [2]int{i, i + n}
+			}
+			right := &store.CallLayout{PromptIDs: at("prompt_ids", len("[1,2]")), ResponseIDs: at("response_ids", len("[3]"))}
+			wrong := &store.CallLayout{PromptIDs: [2]int{5, 3}}
+			broken := &store.CallLayout{PromptIDs: [2]int{0, 1}} // the summary would not parse
+			for _, lay := range []*store.CallLayout{right, wrong, broken, nil} {
+				if err := rec.RecordEvents(ctx, "r1", cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: call, Layout: lay}}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if spy.recorded != tc.journaled {
 				t.Errorf("%d events went through the journal, want %d", spy.recorded, tc.journaled)
@@ -93,7 +105,7 @@ func TestWrapStoreKeepsOptionalInterfaces(t *testing.T) {
 			srv := httptest.NewServer(m.Handler())
 			defer srv.Close()
 			fams := scrape(t, srv)
-			want := map[string]float64{store.EventModelRequest: 1}
+			want := map[string]float64{store.EventModelRequest: 4}
 			if tc.late {
 				want["late"] = 1
 			}
@@ -102,8 +114,11 @@ func TestWrapStoreKeepsOptionalInterfaces(t *testing.T) {
 					t.Errorf("events of type %s counted %v, want %v", typ, got, n)
 				}
 			}
-			if got, _ := value(t, fams, "agl_model_calls_total", map[string]string{"api": api.ShapeChatCompletions}); got != 1 {
-				t.Errorf("model calls counted %v, want 1", got)
+			if got, _ := value(t, fams, "agl_model_calls_total", map[string]string{"api": api.ShapeChatCompletions}); got != 4 {
+				t.Errorf("model calls counted %v, want 4", got)
+			}
+			if got, _ := value(t, fams, "agl_tokens_total", map[string]string{"direction": "in"}); got != 8 {
+				t.Errorf("prompt tokens counted %v, want 8", got)
 			}
 		})
 	}
