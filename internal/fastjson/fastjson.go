@@ -15,7 +15,9 @@ package fastjson
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -649,18 +651,26 @@ func (s *Scanner) Int32sText() (text []byte, n int, ok bool) {
 			i++
 		}
 		j := i
-		var v uint64
-		for i < len(d) && i-j <= 10 {
-			c := d[i] - '0'
-			if c > 9 {
-				break
-			}
-			v = v*10 + uint64(c)
-			i++
+		if i+8 <= len(d) {
+			// The digits among the next 8 bytes, at once.
+			i += digitRun(binary.LittleEndian.Uint64(d[i:]))
 		}
-		digits := i - j
-		if digits == 0 || digits > 10 || digits > 1 && d[j] == '0' || neg && v == 0 || v > 1<<31 || !neg && v == 1<<31 {
+		if i-j == 8 || i+8 > len(d) {
+			for i < len(d) && d[i]-'0' <= 9 {
+				i++
+			}
+		}
+		switch digits := i - j; {
+		case digits == 0, digits > 10, digits > 1 && d[j] == '0', neg && digits == 1 && d[j] == '0':
 			return nil, 0, false
+		case digits == 10:
+			limit := "2147483647"
+			if neg {
+				limit = "2147483648"
+			}
+			if string(d[j:i]) > limit {
+				return nil, 0, false
+			}
 		}
 		n++
 		if i >= len(d) {
@@ -676,6 +686,25 @@ func (s *Scanner) Int32sText() (text []byte, n int, ok bool) {
 			return nil, 0, false
 		}
 	}
+}
+
+// digitRun returns how many of the 8 bytes of x (little-endian: the first
+// in the low byte) are ASCII digits before the first that is not.
+func digitRun(x uint64) int {
+	const (
+		hi    = 0xF0F0F0F0F0F0F0F0
+		zeros = 0x3030303030303030
+		six   = 0x0606060606060606
+		low7  = 0x7F7F7F7F7F7F7F7F
+		top   = 0x8080808080808080
+	)
+	// A byte is a digit when its high nibble is 3 and adding 6 keeps it
+	// (its low nibble is at most 9); what a byte above 0xF9 carries into
+	// the next one only lands after a non-digit.
+	nz := (x&hi ^ zeros) | ((x+six)&hi ^ zeros)
+	// The top bit of each byte that is not zero, i.e. not a digit.
+	m := ((nz&low7 + low7) | nz) & top
+	return bits.TrailingZeros64(m) / 8
 }
 
 // Float32s reads an array of float32 as encoding/json would into a

@@ -1,6 +1,7 @@
 package fastjson
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"reflect"
@@ -257,6 +258,65 @@ func TestRawString(t *testing.T) {
 		}
 		if skip := New([]byte(in)).Skip(); in[0] == '"' && skip != sok {
 			t.Errorf("Skip(%q) = %v, String ok %v", in, skip, sok)
+		}
+	}
+}
+
+// BenchmarkInt32sText: a long prompt's ids (200k ids of 1-6 digits).
+func BenchmarkInt32sText(b *testing.B) {
+	ids := make([]int32, 200000)
+	for i := range ids {
+		ids[i] = int32(i*7919) % 150000
+	}
+	data := AppendInt32s(nil, ids)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, n, ok := New(data).Int32sText(); !ok || n != len(ids) {
+			b.Fatal(n, ok)
+		}
+	}
+}
+
+// BenchmarkInt32s: the same ids decoded, the baseline of BenchmarkInt32sText.
+func BenchmarkInt32s(b *testing.B) {
+	ids := make([]int32, 200000)
+	for i := range ids {
+		ids[i] = int32(i*7919) % 150000
+	}
+	data := AppendInt32s(nil, ids)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if v, ok := New(data).Int32s(); !ok || len(v) != len(ids) {
+			b.Fatal(ok)
+		}
+	}
+}
+
+// TestDigitRun: every byte value at every position of the word, followed
+// by bytes that carry (0xFF) or not.
+func TestDigitRun(t *testing.T) {
+	for _, fill := range []byte{'7', 0xFF, 0x00, '/', ':'} {
+		for p := 0; p < 8; p++ {
+			for c := 0; c < 256; c++ {
+				var w [8]byte
+				for k := range w {
+					switch {
+					case k < p:
+						w[k] = '0' + byte(k)
+					case k == p:
+						w[k] = byte(c)
+					default:
+						w[k] = fill
+					}
+				}
+				want := 0
+				for want < 8 && w[want] >= '0' && w[want] <= '9' {
+					want++
+				}
+				if got := digitRun(binary.LittleEndian.Uint64(w[:])); got != want {
+					t.Fatalf("digitRun(%q) = %d, want %d", w, got, want)
+				}
+			}
 		}
 	}
 }
