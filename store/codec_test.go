@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -335,6 +336,50 @@ func TestEncodeWithLayout(t *testing.T) {
 			back, err := DecodeEvent(got.Data, base)
 			if err != nil || !bytes.Equal(back, data) {
 				t.Fatalf("reads back %.80q, %v", back, err)
+			}
+		})
+	}
+}
+
+// TestReassemblyCheck: the encoder's in-place check of its reassembly
+// accepts exactly the event's JSON: any byte changed, added or missing
+// is refused.
+func TestReassemblyCheck(t *testing.T) {
+	base, _, _ := BaseOf(callJSON("", []int32{1, 2, 3}, []int32{4}, 3, ""))
+	base.Seq = 1
+	data := callJSON("", []int32{1, 2, 3, 4, 77, -8}, []int32{5, 6}, 4, "")
+	stored, _, _ := EncodeEvent(data, base)
+	if !Encoded(stored) {
+		t.Fatal("not encoded")
+	}
+	_, n := binary.Uvarint(stored[4:])
+	p := stored[4+n:]
+	if stored[3]&flagZstd != 0 {
+		var err error
+		if p, err = zdec.DecodeAll(p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := walkPayload(p, base, false, data); err != nil {
+		t.Fatalf("the event itself refused: %v", err)
+	}
+	ids := bytes.Index(data, []byte("77"))
+	req := bytes.Index(data, []byte(`"request":`)) + 40
+	for _, tc := range []struct {
+		name string
+		mut  func([]byte) []byte
+	}{
+		{"first byte", func(b []byte) []byte { b[0] = '['; return b }},
+		{"in new ids", func(b []byte) []byte { b[ids] = '8'; return b }},
+		{"in base ids", func(b []byte) []byte { b[ids-4] = '9'; return b }},
+		{"in request", func(b []byte) []byte { b[req] ^= 1; return b }},
+		{"last byte", func(b []byte) []byte { b[len(b)-1] = ' '; return b }},
+		{"longer", func(b []byte) []byte { return append(b, ' ') }},
+		{"shorter", func(b []byte) []byte { return b[:len(b)-1] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := walkPayload(p, base, false, tc.mut(bytes.Clone(data))); err == nil {
+				t.Fatal("a different JSON accepted")
 			}
 		})
 	}
