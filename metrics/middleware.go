@@ -144,37 +144,133 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// WrapStore returns st with AppendEvents, Reap and PutTrainStep counted in
-// m: events appended by type, reaper actions, (with
-// Options.CallsFromEvents) the model calls that "model_request" events
-// describe, and trainer steps (step time, reward and success rate of each
-// train-mode step reported). Everything else passes through.
-func (m *Metrics) WrapStore(st store.Store) store.Store { return &countingStore{Store: st, m: m} }
+// WrapStore returns st with AppendEvents, RecordEvents, AppendLateEvents,
+// Reap and PutTrainStep counted in m: events appended by type, reaper
+// actions, (with Options.CallsFromEvents) the model calls that
+// "model_request" events describe, and trainer steps (step time, reward
+// and success rate of each train-mode step reported). Everything else
+// passes through. The optional interfaces of st stay visible: the result
+// is a store.EventRecorder (st's RecordEvents where st has one, else
+// AppendEvents), and a store.LateWriter or store.Pruner exactly when st
+// is one, so that a proxy given the wrapped store still writes through
+// the SQLite event journal.
+func (m *Metrics) WrapStore(st store.Store) store.Store {
+	c := &countingStore{Store: st, m: m}
+	c.rec, _ = st.(store.EventRecorder)
+	late, isLate := st.(store.LateWriter)
+	pr, isPruner := st.(store.Pruner)
+	switch {
+	case isLate && isPruner:
+		return &struct {
+			*countingStore
+			countingLate
+			store.Pruner
+		}{c, countingLate{c, late}, pr}
+	case isLate:
+		return &struct {
+			*countingStore
+			countingLate
+		}{c, countingLate{c, late}}
+	case isPruner:
+		return &struct {
+			*countingStore
+			store.Pruner
+		}{c, pr}
+	}
+	return c
+}
 
 type countingStore struct {
 	store.Store
-	m *Metrics
+	m   *Metrics
+	rec store.EventRecorder // st's, nil when it has none
 }
 
 func (s *countingStore) AppendEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
 	out, err := s.Store.AppendEvents(ctx, rolloutID, attemptID, evs)
 	if err == nil {
-		byType := map[string]int{}
-		for _, e := range out {
-			byType[e.Type]++
-		}
-		for t, n := range byType {
-			s.m.ObserveEvents(t, n)
-		}
-		if s.m.callsFromEvents && byType[store.EventModelRequest] > 0 {
-			for _, e := range evs {
-				if e.Type == store.EventModelRequest {
-					s.m.observeCallEvent(e.Data)
-				}
+		s.observe(evs)
+	}
+	return out, err
+}
+
+// RecordEvents implements store.EventRecorder.
+func (s *countingStore) RecordEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) error {
+	if s.rec == nil {
+		_, err := s.AppendEvents(ctx, rolloutID, attemptID, evs)
+		return err
+	}
+	err := s.rec.RecordEvents(ctx, rolloutID, attemptID, evs)
+	if err == nil {
+		s.observe(evs)
+	}
+	return err
+}
+
+// observe counts events that were stored.
+func (s *countingStore) observe(evs []store.NewEvent) {
+	byType := map[string]int{}
+	for _, e := range evs {
+		byType[e.Type]++
+	}
+	for t, n := range byType {
+		s.m.ObserveEvents(t, n)
+	}
+	if s.m.callsFromEvents && byType[store.EventModelRequest] > 0 {
+		for _, e := range evs {
+			if e.Type == store.EventModelRequest {
+				s.m.observeCallEvent(summaryData(e), e.Data)
 			}
 		}
 	}
+}
+
+// summaryData returns the JSON of a model_request event for its
+// callSummary: with the layout its writer gave, the event without its
+// token ids and request (each replaced by null), which the summary does
+// not read and which make up nearly all of a long rollout's event.
+func summaryData(e store.NewEvent) []byte {
+	l := e.Layout
+	if l == nil {
+		return e.Data
+	}
+	var out []byte
+	last := 0
+	for _, sp := range [...][2]int{l.PromptIDs, l.ResponseIDs, l.Request} {
+		if sp == [2]int{} {
+			continue
+		}
+		if sp[0] < last || sp[1] <= sp[0] || sp[1] > len(e.Data) {
+			return e.Data
+		}
+		if out == nil {
+			out = make([]byte, 0, 256+len(e.Data)/64)
+		}
+		out = append(append(out, e.Data[last:sp[0]]...), "null"...)
+		last = sp[1]
+	}
+	if out == nil {
+		return e.Data
+	}
+	return append(out, e.Data[last:]...)
+}
+
+// countingLate counts the events of a store.LateWriter.
+type countingLate struct {
+	c *countingStore
+	w store.LateWriter
+}
+
+func (l countingLate) AppendLateEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
+	out, err := l.w.AppendLateEvents(ctx, rolloutID, attemptID, evs)
+	if err == nil {
+		l.c.observe(evs)
+	}
 	return out, err
+}
+
+func (l countingLate) PurgeRollout(ctx context.Context, id string) error {
+	return l.w.PurgeRollout(ctx, id)
 }
 
 // callSummary is the part of an api.ModelCall the metrics need; decoding
@@ -188,9 +284,11 @@ type callSummary struct {
 	LatencyMS float64 `json:"latency_ms"`
 }
 
-func (m *Metrics) observeCallEvent(data json.RawMessage) {
+// observeCallEvent observes the call a model_request event describes,
+// read from summary (the event, or its summaryData), else from data.
+func (m *Metrics) observeCallEvent(summary, data []byte) {
 	var c callSummary
-	if json.Unmarshal(data, &c) != nil || c.API == "" {
+	if json.Unmarshal(summary, &c) != nil && (len(summary) == len(data) || json.Unmarshal(data, &c) != nil) || c.API == "" {
 		return
 	}
 	m.ObserveCall(c.API, http.StatusOK, time.Duration(c.LatencyMS*float64(time.Millisecond)), c.Usage.PromptTokens, c.Usage.CompletionTokens)

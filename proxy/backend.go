@@ -73,10 +73,14 @@ type Result struct {
 	Message chat.Message
 	Text    string
 
-	PromptIDs   []int32
-	ResponseIDs []int32
-	Logprobs    []float32
-	NoTokenIDs  bool
+	PromptIDs []int32
+	// PromptIDsJSON, when set, holds the prompt ids instead of PromptIDs,
+	// as a JSON array written as encoding/json writes an []int32 (an
+	// upstream's own bytes, which the event takes as they are).
+	PromptIDsJSON []byte
+	ResponseIDs   []int32
+	Logprobs      []float32
+	NoTokenIDs    bool
 	// FinishReason is engine.FinishStop or engine.FinishLength; API layers
 	// map it (and tool calls) to their own vocabulary.
 	FinishReason string

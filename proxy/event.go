@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -8,14 +9,20 @@ import (
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/internal/fastjson"
+	"github.com/aglrl/agl/store"
 )
 
 // appendModelCall appends mc as JSON, exactly as json.Marshal would shape
 // it (same keys, same omitempty rules), without reflection and without
 // re-validating Request/Response/Sampling: the gateway produced or already
-// parsed them, so they are known to be valid JSON. It is on every call's
-// hot path.
-func appendModelCall(b []byte, mc *api.ModelCall) []byte {
+// parsed them, so they are known to be valid JSON. promptJSON, when not
+// nil, stands for mc.PromptIDs: the ids as encoding/json writes them. lay,
+// when not nil, is set to where the values the store's encoding cuts out
+// are (store.CallLayout), so that the store does not look for them. It is
+// on every call's hot path.
+func appendModelCall(b []byte, mc *api.ModelCall, promptJSON []byte, lay *store.CallLayout) []byte {
+	var lo store.CallLayout
+	lo.Agent = mc.Agent
 	b = append(b, `{"call_id":`...)
 	b = fastjson.AppendString(b, mc.CallID)
 	b = append(b, `,"api":`...)
@@ -28,13 +35,25 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 		b = append(b, `,"agent":`...)
 		b = fastjson.AppendString(b, mc.Agent)
 	}
-	if len(mc.PromptIDs) > 0 {
+	switch {
+	case promptJSON != nil:
+		if len(promptJSON) > len("[]") {
+			b = append(b, `,"prompt_ids":`...)
+			lo.PromptIDs[0] = len(b)
+			b = append(b, promptJSON...)
+			lo.PromptIDs[1] = len(b)
+		}
+	case len(mc.PromptIDs) > 0:
 		b = append(b, `,"prompt_ids":`...)
+		lo.PromptIDs[0] = len(b)
 		b = fastjson.AppendInt32s(b, mc.PromptIDs)
+		lo.PromptIDs[1] = len(b)
 	}
 	if len(mc.ResponseIDs) > 0 {
 		b = append(b, `,"response_ids":`...)
+		lo.ResponseIDs[0] = len(b)
 		b = fastjson.AppendInt32s(b, mc.ResponseIDs)
+		lo.ResponseIDs[1] = len(b)
 	}
 	if len(mc.ResponseLogprobs) > 0 {
 		b = append(b, `,"response_logprobs":[`...)
@@ -68,6 +87,12 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 	}{{`,"sampling":`, mc.Sampling}, {`,"request":`, mc.Request}, {`,"response":`, mc.Response}} {
 		if len(f.raw) > 0 {
 			b = append(b, f.key...)
+			if f.key == `,"request":` {
+				// The value, without the white space around it.
+				lead := len(f.raw) - len(bytes.TrimLeft(f.raw, " \t\r\n"))
+				trail := len(f.raw) - len(bytes.TrimRight(f.raw, " \t\r\n"))
+				lo.Request = [2]int{len(b) + lead, len(b) + len(f.raw) - trail}
+			}
 			b = append(b, f.raw...)
 		}
 	}
@@ -93,6 +118,9 @@ func appendModelCall(b []byte, mc *api.ModelCall) []byte {
 			b = fastjson.AppendString(b, s)
 		}
 		b = append(b, ']')
+	}
+	if lay != nil {
+		*lay = lo
 	}
 	return append(b, '}')
 }

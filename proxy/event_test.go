@@ -9,6 +9,8 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/internal/fastjson"
+	"github.com/aglrl/agl/store"
 )
 
 // TestAppendModelCall: the hand-written event encoder produces the same
@@ -28,8 +30,34 @@ func TestAppendModelCall(t *testing.T) {
 	if err := json.Unmarshal(full.Sampling, &gotS); err != nil || !reflect.DeepEqual(gotS, s) {
 		t.Fatalf("sampling %s → %+v %v", full.Sampling, gotS, err)
 	}
-	for _, mc := range []api.ModelCall{full, {}, {CallID: "x", Continued: false, LatencyMS: 0.001}} {
-		got := appendModelCall(nil, &mc)
+	for _, mc := range []api.ModelCall{full, {}, {CallID: "x", Continued: false, LatencyMS: 0.001}, {PromptIDs: []int32{}}} {
+		var lay store.CallLayout
+		got := appendModelCall(nil, &mc, nil, &lay)
+		// The layout is the one the store's encoder finds: the stored
+		// form is the same with and without it.
+		ev := store.NewEvent{Type: store.EventModelRequest, Data: got}
+		without := store.NewBases(1<<20).Batch().Encode("r", "a", ev)
+		span := func(sp [2]int) string { return string(got[sp[0]:sp[1]]) }
+		wantIDs := func(ids []int32) string {
+			if len(ids) == 0 {
+				return ""
+			}
+			return string(fastjson.AppendInt32s(nil, ids))
+		}
+		if span(lay.PromptIDs) != wantIDs(mc.PromptIDs) || span(lay.ResponseIDs) != wantIDs(mc.ResponseIDs) ||
+			span(lay.Request) != strings.TrimSpace(string(mc.Request)) || lay.Agent != mc.Agent {
+			t.Errorf("layout %+v of %s", lay, got)
+		}
+		ev.Layout = &lay
+		if with := store.NewBases(1<<20).Batch().Encode("r", "a", ev); string(with.Data) != string(without.Data) {
+			t.Errorf("layout %+v of %s: stored differently", lay, got)
+		}
+		// The prompt ids given as their JSON give the same bytes.
+		text := mc
+		text.PromptIDs = nil
+		if js := appendModelCall(nil, &text, fastjson.AppendInt32s(nil, mc.PromptIDs), nil); mc.PromptIDs != nil && string(js) != string(got) {
+			t.Errorf("prompt ids as JSON:\n%s\nwant\n%s", js, got)
+		}
 		want, err := json.Marshal(&mc)
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +78,7 @@ func TestAppendModelCall(t *testing.T) {
 	}
 	// Infinite log-probs still give valid JSON.
 	inf := api.ModelCall{ResponseIDs: []int32{1, 2}, ResponseLogprobs: []float32{float32(math.Inf(-1)), float32(math.NaN())}}
-	if b := appendModelCall(nil, &inf); !json.Valid(b) {
+	if b := appendModelCall(nil, &inf, nil, nil); !json.Valid(b) {
 		t.Fatalf("invalid JSON %s", b)
 	}
 }

@@ -160,7 +160,10 @@ func fjMessages(s *fastjson.Scanner, out *[]ccMessage) bool {
 			case 0:
 				return s.StringOrNull(&m.Role)
 			case 1:
-				return fjRaw(s, &m.Content)
+				// A string is decoded here, once (decodeChat takes it).
+				var ok bool
+				m.Content, m.text, m.isText, ok = s.RawString()
+				return ok
 			case 2:
 				return s.StringOrNull(&m.Name)
 			case 3:

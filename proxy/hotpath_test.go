@@ -37,7 +37,7 @@ func BenchmarkHotPath(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			_ = c.eventData(resp)
+			_ = c.eventData(resp, nil)
 		}
 	})
 }

@@ -29,6 +29,11 @@ type ccMessage struct {
 	ReasoningContent string          `json:"reasoning_content"`
 	FunctionCall     json.RawMessage `json:"function_call"`
 	Audio            json.RawMessage `json:"audio"`
+
+	// text is Content decoded, when isText (the fast decoder read it as
+	// a string).
+	text   string
+	isText bool
 }
 
 type ccTool struct {
@@ -165,9 +170,12 @@ func decodeChat(p *Proxy, c *call) *apiError {
 		if m.Audio != nil && string(m.Audio) != "null" {
 			return unsupported(param+".audio", "audio is not supported")
 		}
-		text, e := textOf(m.Content, param+".content")
-		if e != nil {
-			return e
+		text := m.text
+		if !m.isText {
+			var e *apiError
+			if text, e = textOf(m.Content, param+".content"); e != nil {
+				return e
+			}
 		}
 		msg := chat.Message{Role: m.Role, Content: text, Name: m.Name}
 		switch m.Role {

@@ -788,8 +788,9 @@ func backendError(err error) *apiError {
 	return &apiError{Status: http.StatusBadGateway, Message: "model backend: " + err.Error(), Code: "backend_error"}
 }
 
-// eventData encodes the model_request event of c (an api.ModelCall).
-func (c *call) eventData(resp []byte) []byte {
+// eventData encodes the model_request event of c (an api.ModelCall) and
+// sets lay to its layout.
+func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
 	res := c.res
 	var samp engine.Sampling
 	switch {
@@ -815,16 +816,17 @@ func (c *call) eventData(resp []byte) []byte {
 		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(c.chat.Sampling.MaxTokens)+" clamped to "+strconv.Itoa(res.Sampling.MaxTokens)+", the room left in the context)")
 	}
 	mc.Sampling = appendSampling(make([]byte, 0, 96), &samp)
-	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc)
+	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+len(res.PromptIDsJSON)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc, res.PromptIDsJSON, lay)
 }
 
 // record appends the model_request event for c.
 func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
-	data := c.eventData(resp)
+	lay := new(store.CallLayout)
+	data := c.eventData(resp, lay)
 	// The event must land even if the client went away: it records tokens
 	// the engine spent.
 	ctx = context.WithoutCancel(ctx)
-	evs := []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data, DataValid: true}}
+	evs := []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data, DataValid: true, Layout: lay}}
 	var err error
 	if r, ok := p.st.(store.EventRecorder); ok {
 		err = r.RecordEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)

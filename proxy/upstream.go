@@ -38,7 +38,7 @@ func (b *UpstreamBackend) ModelName() string { return b.c.DefaultModel() }
 func fromUpstream(r *upstream.Result) *Result {
 	return &Result{
 		Message: r.Message, Text: r.Text,
-		PromptIDs: r.PromptIDs, ResponseIDs: r.IDs, Logprobs: r.Logprobs, NoTokenIDs: r.NoTokenIDs,
+		PromptIDsJSON: r.PromptIDsJSON, ResponseIDs: r.IDs, Logprobs: r.Logprobs, NoTokenIDs: r.NoTokenIDs,
 		FinishReason: r.FinishReason, Model: r.Model, ModelVersion: r.Version,
 		RenderReason: ReasonUpstream, Retries: r.Retries,
 		PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,

@@ -143,17 +143,29 @@ type Encoding struct {
 	agent string
 }
 
-// Encode returns the stored form of an event of attempt (rid, aid).
-// Events other than model_request are stored as their JSON.
-func (b *EncodeBatch) Encode(rid, aid, typ string, data []byte) Encoding {
-	if typ != EventModelRequest {
+// Encode returns the stored form of event e of attempt (rid, aid), found
+// by its Layout when it has one. Events other than model_request are
+// stored as their JSON.
+func (b *EncodeBatch) Encode(rid, aid string, e NewEvent) Encoding {
+	data := e.Data
+	if e.Type != EventModelRequest {
 		return Encoding{Data: data}
 	}
-	holes, agent, ok := topFields(data)
+	var holes []span
+	var agent string
+	ok := false
+	if e.Layout != nil {
+		holes, ok = e.Layout.holes(data)
+		agent = e.Layout.Agent
+	}
 	if !ok {
-		return Encoding{Data: data}
+		var ag []byte
+		if holes, ag, ok = topFields(data); !ok {
+			return Encoding{Data: data}
+		}
+		agent = string(ag)
 	}
-	k := baseKey{rid, aid, string(agent)}
+	k := baseKey{rid, aid, agent}
 	base := b.pending[k]
 	if base == nil {
 		base = b.c.latest(k)

@@ -303,6 +303,43 @@ func parseIDs(v []byte, ids []int32, check bool) ([]int32, bool) {
 	}
 }
 
+// CallLayout locates, in a model_request event's JSON, the values its
+// stored form cuts out: byte offsets [start, end) into the data of the
+// values (without white space) of the top-level prompt_ids,
+// response_ids and request members, a zero span for one that is absent,
+// and the agent the event names. The writer that built the JSON knows
+// them; the encoder then does not scan the JSON for them. It checks its
+// reassembly whatever the layout says, so a wrong layout costs
+// compression, never data.
+type CallLayout struct {
+	PromptIDs, ResponseIDs, Request [2]int
+	Agent                           string
+}
+
+// holes returns the layout's spans, in order; ok is false when they are
+// not spans of values of their kind in data, in order.
+func (l *CallLayout) holes(data []byte) (holes []span, ok bool) {
+	last := 0
+	for _, h := range [...]span{{holePromptIDs, l.PromptIDs[0], l.PromptIDs[1]}, {holeResponseIDs, l.ResponseIDs[0], l.ResponseIDs[1]}, {holeRequest, l.Request[0], l.Request[1]}} {
+		if h.start == 0 && h.end == 0 {
+			continue
+		}
+		if h.start < last || h.end-h.start < 2 || h.end > len(data) {
+			return nil, false
+		}
+		open, end := byte('['), byte(']')
+		if h.kind == holeRequest {
+			open, end = '{', '}'
+		}
+		if data[h.start] != open || data[h.end-1] != end {
+			return nil, false
+		}
+		holes = append(holes, h)
+		last = h.end
+	}
+	return holes, true
+}
+
 // BaseOf returns the CallBase a model_request event's JSON provides (its
 // Seq left 0), and the agent it names; ok is false when data is not an
 // object.
@@ -505,9 +542,9 @@ func encodeScanned(data []byte, holes []span, base *CallBase) (stored []byte, se
 			self.Request = data[h.start:h.end]
 		}
 	}
-	// Check the reassembly: what cannot come back exactly is stored as is.
-	got, _, err := decodePayload(p, base, false)
-	if err != nil || !bytes.Equal(got, data) {
+	// Check the reassembly (against data, in place): what cannot come
+	// back exactly is stored as is.
+	if _, _, err := walkPayload(p, base, false, data); err != nil {
 		return data, self
 	}
 	return out, self
@@ -562,6 +599,66 @@ var errCorrupt = errors.New("store: stored event is corrupt")
 // decodePayload reassembles an event's JSON from its payload, and builds
 // its CallBase when wantSelf.
 func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, error) {
+	return walkPayload(p, base, wantSelf, nil)
+}
+
+// jsonSink receives an event's JSON piece by piece: it appends the pieces
+// to out or, checking, compares them with check (the JSON expected), so
+// that the encoder checks its reassembly without building it.
+type jsonSink struct {
+	out     []byte
+	check   []byte
+	pos     int // checking: the length compared so far
+	bad     bool
+	scratch [16]byte
+}
+
+func (s *jsonSink) checking() bool { return s.check != nil }
+
+// len is the length of the JSON so far.
+func (s *jsonSink) len() int {
+	if s.checking() {
+		return s.pos
+	}
+	return len(s.out)
+}
+
+func (s *jsonSink) put(b []byte) {
+	if !s.checking() {
+		s.out = append(s.out, b...)
+		return
+	}
+	if s.bad || len(s.check)-s.pos < len(b) || !bytes.Equal(s.check[s.pos:s.pos+len(b)], b) {
+		s.bad = true
+		return
+	}
+	s.pos += len(b)
+}
+
+func (s *jsonSink) putByte(c byte) {
+	if !s.checking() {
+		s.out = append(s.out, c)
+		return
+	}
+	if s.bad || s.pos >= len(s.check) || s.check[s.pos] != c {
+		s.bad = true
+		return
+	}
+	s.pos++
+}
+
+func (s *jsonSink) putInt(v int64) {
+	if !s.checking() {
+		s.out = strconv.AppendInt(s.out, v, 10)
+		return
+	}
+	s.put(strconv.AppendInt(s.scratch[:0], v, 10))
+}
+
+// walkPayload is decodePayload; with check set, it compares the JSON with
+// check instead of building it, and returns errCorrupt when they differ
+// (and no JSON or CallBase).
+func walkPayload(p []byte, base *CallBase, wantSelf bool, check []byte) ([]byte, *CallBase, error) {
 	var baseIDs, baseReq []byte
 	if base != nil {
 		baseIDs, baseReq = base.IDs, base.Request
@@ -574,7 +671,10 @@ func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, 
 	skel := r.p[:sl]
 	r.p = r.p[sl:]
 	nh := r.uvarint()
-	out := make([]byte, 0, len(skel)+len(baseReq)+len(baseIDs)+len(r.p)*3)
+	out := jsonSink{check: check}
+	if check == nil {
+		out.out = make([]byte, 0, len(skel)+len(baseReq)+len(baseIDs)+len(r.p)*3)
+	}
 	at := 0
 	reqStart, reqEnd := -1, -1
 	var prompt, resp [2]int // spans of the ids' text in out
@@ -588,7 +688,7 @@ func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, 
 		if d > uint64(len(skel)-at) {
 			return nil, nil, errCorrupt
 		}
-		out = append(out, skel[at:at+int(d)]...)
+		out.put(skel[at : at+int(d)])
 		at += int(d)
 		switch kind {
 		case holePromptIDs, holeResponseIDs:
@@ -603,51 +703,61 @@ func decodePayload(p []byte, base *CallBase, wantSelf bool) ([]byte, *CallBase, 
 			if r.err || n > uint64(len(r.p)) {
 				return nil, nil, errCorrupt
 			}
-			out = append(out, '[')
-			start := len(out)
-			out = append(out, baseIDs[:pre]...)
+			out.putByte('[')
+			start := out.len()
+			out.put(baseIDs[:pre])
 			first := pre == 0
 			for i := uint64(0); i < n; i++ {
 				v := r.uvarint()
 				if !first {
-					out = append(out, ',')
+					out.putByte(',')
 				}
 				first = false
-				out = strconv.AppendInt(out, int64(int32(uint32(v))), 10)
+				out.putInt(int64(int32(uint32(v))))
 			}
 			if kind == holePromptIDs {
-				prompt = [2]int{start, len(out)}
+				prompt = [2]int{start, out.len()}
 			} else {
-				resp = [2]int{start, len(out)}
+				resp = [2]int{start, out.len()}
 			}
-			out = append(out, ']')
+			out.putByte(']')
 		case holeRequest:
 			pre, suf, n := r.uvarint(), r.uvarint(), r.uvarint()
 			if r.err || pre+suf > uint64(len(baseReq)) || n > uint64(len(r.p)) {
 				return nil, nil, errCorrupt
 			}
-			reqStart = len(out)
-			out = append(out, baseReq[:pre]...)
-			out = append(out, r.p[:n]...)
+			reqStart = out.len()
+			out.put(baseReq[:pre])
+			out.put(r.p[:n])
 			r.p = r.p[n:]
-			out = append(out, baseReq[len(baseReq)-int(suf):]...)
-			reqEnd = len(out)
+			out.put(baseReq[len(baseReq)-int(suf):])
+			reqEnd = out.len()
 		default:
+			return nil, nil, errCorrupt
+		}
+		if out.bad {
 			return nil, nil, errCorrupt
 		}
 	}
 	if r.err || len(r.p) != 0 {
 		return nil, nil, errCorrupt
 	}
-	out = append(out, skel[at:]...)
+	out.put(skel[at:])
+	if out.checking() {
+		if out.bad || out.pos != len(check) {
+			return nil, nil, errCorrupt
+		}
+		return nil, nil, nil
+	}
+	js := out.out
 	var self *CallBase
 	if wantSelf {
-		self = &CallBase{IDs: joinIDs(out[prompt[0]:prompt[1]], out[resp[0]:resp[1]])}
+		self = &CallBase{IDs: joinIDs(js[prompt[0]:prompt[1]], js[resp[0]:resp[1]])}
 		if reqStart >= 0 {
-			self.Request = out[reqStart:reqEnd:reqEnd]
+			self.Request = js[reqStart:reqEnd:reqEnd]
 		}
 	}
-	return out, self, nil
+	return js, self, nil
 }
 
 type reader struct {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -151,7 +152,7 @@ func TestDecodeEventsChain(t *testing.T) {
 		data := callJSON(agent, prompt, []int32{int32(i)}, i, "")
 		b := c.Batch()
 		seq++
-		enc := b.Encode("r", "a", EventModelRequest, data)
+		enc := b.Encode("r", "a", NewEvent{Type: EventModelRequest, Data: data})
 		if i >= 2 && BaseSeq(enc.Data) != seq-4 {
 			t.Fatalf("call %d stored against %d, want %d", i, BaseSeq(enc.Data), seq-4)
 		}
@@ -277,5 +278,109 @@ func TestScanHelpers(t *testing.T) {
 		if got := commonSuffix(a, c, len(a)); got != n {
 			t.Errorf("commonSuffix differing %d from the end = %d", n, got)
 		}
+	}
+}
+
+// TestEncodeWithLayout: an event encoded with the layout its writer gives
+// is stored exactly as when the encoder finds the values itself; a wrong
+// layout (out of range, out of order, another value) still stores what
+// reads back as the event.
+func TestEncodeWithLayout(t *testing.T) {
+	prev := callJSON("", []int32{1, 2, 3}, []int32{4}, 3, "")
+	data := callJSON("", []int32{1, 2, 3, 4, 9, 9}, []int32{5, 6}, 4, "")
+	holes, _, _ := topFields(data)
+	var right CallLayout
+	for _, h := range holes {
+		sp := [2]int{h.start, h.end}
+		switch h.kind {
+		case holePromptIDs:
+			right.PromptIDs = sp
+		case holeResponseIDs:
+			right.ResponseIDs = sp
+		default:
+			right.Request = sp
+		}
+	}
+	logprobs := bytes.Index(data, []byte(`[-0.5`))
+	shift := func(l CallLayout, d int) CallLayout { l.Request[0] += d; return l }
+	for _, tc := range []struct {
+		name   string
+		layout *CallLayout
+		same   bool // stored exactly as without a layout
+	}{
+		{"none", nil, true},
+		{"right", &right, true},
+		{"out of range", &CallLayout{PromptIDs: [2]int{len(data) - 2, len(data) + 10}}, true},
+		{"out of order", &CallLayout{PromptIDs: right.Request, Request: right.PromptIDs}, true},
+		{"request shifted", func() *CallLayout { l := shift(right, 1); return &l }(), true},
+		{"another array", &CallLayout{PromptIDs: [2]int{logprobs, logprobs + len(`[-0.5,-1.25]`)}, Request: right.Request}, false},
+		{"no request", &CallLayout{PromptIDs: right.PromptIDs, ResponseIDs: right.ResponseIDs}, false},
+		{"other agent", &CallLayout{PromptIDs: right.PromptIDs, ResponseIDs: right.ResponseIDs, Request: right.Request, Agent: "x"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewBases(DefaultBasesBytes)
+			b := c.Batch()
+			first := b.Encode("r", "a", NewEvent{Type: EventModelRequest, Data: prev})
+			b.Stored("r", "a", first, 1)
+			b.Commit()
+			want := c.Batch().Encode("r", "a", NewEvent{Type: EventModelRequest, Data: data})
+			got := c.Batch().Encode("r", "a", NewEvent{Type: EventModelRequest, Data: data, Layout: tc.layout})
+			if tc.same != bytes.Equal(got.Data, want.Data) {
+				t.Errorf("stored form same as without a layout: %v, want %v", !tc.same, tc.same)
+			}
+			var base *CallBase
+			if BaseSeq(got.Data) == 1 {
+				_, base, _ = decodeEvent(first.Data, nil, true)
+				base.Seq = 1
+			}
+			back, err := DecodeEvent(got.Data, base)
+			if err != nil || !bytes.Equal(back, data) {
+				t.Fatalf("reads back %.80q, %v", back, err)
+			}
+		})
+	}
+}
+
+// TestReassemblyCheck: the encoder's in-place check of its reassembly
+// accepts exactly the event's JSON: any byte changed, added or missing
+// is refused.
+func TestReassemblyCheck(t *testing.T) {
+	base, _, _ := BaseOf(callJSON("", []int32{1, 2, 3}, []int32{4}, 3, ""))
+	base.Seq = 1
+	data := callJSON("", []int32{1, 2, 3, 4, 77, -8}, []int32{5, 6}, 4, "")
+	stored, _, _ := EncodeEvent(data, base)
+	if !Encoded(stored) {
+		t.Fatal("not encoded")
+	}
+	_, n := binary.Uvarint(stored[4:])
+	p := stored[4+n:]
+	if stored[3]&flagZstd != 0 {
+		var err error
+		if p, err = zdec.DecodeAll(p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := walkPayload(p, base, false, data); err != nil {
+		t.Fatalf("the event itself refused: %v", err)
+	}
+	ids := bytes.Index(data, []byte("77"))
+	req := bytes.Index(data, []byte(`"request":`)) + 40
+	for _, tc := range []struct {
+		name string
+		mut  func([]byte) []byte
+	}{
+		{"first byte", func(b []byte) []byte { b[0] = '['; return b }},
+		{"in new ids", func(b []byte) []byte { b[ids] = '8'; return b }},
+		{"in base ids", func(b []byte) []byte { b[ids-4] = '9'; return b }},
+		{"in request", func(b []byte) []byte { b[req] ^= 1; return b }},
+		{"last byte", func(b []byte) []byte { b[len(b)-1] = ' '; return b }},
+		{"longer", func(b []byte) []byte { return append(b, ' ') }},
+		{"shorter", func(b []byte) []byte { return b[:len(b)-1] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := walkPayload(p, base, false, tc.mut(bytes.Clone(data))); err == nil {
+				t.Fatal("a different JSON accepted")
+			}
+		})
 	}
 }

@@ -202,6 +202,11 @@ type NewEvent struct {
 	// encoders fuzzed against encoding/json), so the store need not check
 	// it again. Never set from decoded input.
 	DataValid bool `json:"-"`
+	// Layout, when set, locates the parts of a model_request event's
+	// Data that its stored form cuts out, for a writer that built the
+	// JSON (the gateway), so that the store need not scan it again (see
+	// CallLayout). Never set from decoded input.
+	Layout *CallLayout `json:"-"`
 }
 
 // Model is one registered version of a model's weights.

@@ -12,13 +12,11 @@ func decodeAnswer(data []byte, r *wireResponse) bool {
 		return false
 	}
 	ok := s.Fields(func(k int) bool {
-		var ok bool
 		switch k {
 		case 0:
 			return s.StringOrNull(&r.Model)
 		case 1:
-			r.PromptTokenIDs, ok = s.Int32s()
-			return ok
+			return idsText(s, &r.PromptTokenIDs)
 		case 2:
 			return choices(s, &r.Choices)
 		default:
@@ -31,6 +29,19 @@ func decodeAnswer(data []byte, r *wireResponse) bool {
 		}
 	}, "model", "prompt_token_ids", "choices", "usage")
 	return ok && s.End()
+}
+
+// idsText reads a prompt's token ids as their JSON text: an array as
+// encoding/json writes one is kept as it is (ids.canonical), anything else
+// as raw JSON for promptIDs to decode.
+func idsText(s *fastjson.Scanner, ids *wireIDs) bool {
+	if t, n, ok := s.Int32sText(); ok {
+		*ids = wireIDs{raw: t, canonical: true, n: n}
+		return true
+	}
+	raw, ok := s.Raw()
+	*ids = wireIDs{raw: raw}
+	return ok
 }
 
 func integer(s *fastjson.Scanner, v *int) bool {
@@ -69,7 +80,7 @@ func choice(s *fastjson.Scanner, c *wireChoice) bool {
 		case 3:
 			c.TokenIDs, ok = s.Int32s()
 		case 4:
-			c.PromptTokenIDs, ok = s.Int32s()
+			return idsText(s, &c.PromptTokenIDs)
 		default:
 			return logprobs(s, c)
 		}

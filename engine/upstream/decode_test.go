@@ -39,10 +39,61 @@ func checkAnswer(t *testing.T, data []byte) bool {
 	if err := json.Unmarshal(data, &want); err != nil {
 		t.Fatalf("decodeAnswer accepted %q, encoding/json: %v", data, err)
 	}
+	// Prompt ids compare as what promptIDs makes of them.
+	norm := func(r *wireResponse) {
+		ids := []*wireIDs{&r.PromptTokenIDs}
+		for i := range r.Choices {
+			ids = append(ids, &r.Choices[i].PromptTokenIDs)
+		}
+		for _, w := range ids {
+			text, n, err := promptIDs(*w)
+			if err != nil {
+				text = []byte(err.Error())
+			}
+			*w = wireIDs{raw: text, n: n}
+		}
+	}
+	norm(&got)
+	norm(&want)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q:\nfast %+v\njson %+v", data, got, want)
 	}
 	return true
+}
+
+// TestPromptIDs: the prompt's ids come back as encoding/json writes them,
+// the upstream's bytes when they were so written, nil for none, and an
+// error for what is not an array of int32.
+func TestPromptIDs(t *testing.T) {
+	for _, tc := range []struct {
+		answer, want string
+		n            int
+		err          bool
+	}{
+		{`{"prompt_token_ids":[1,-2,3]}`, `[1,-2,3]`, 3, false},
+		{`{"prompt_token_ids":[ 1, 2 ]}`, `[1,2]`, 2, false},
+		{`{"prompt_token_ids":[]}`, `[]`, 0, false},
+		{`{"prompt_token_ids":null}`, ``, 0, false},
+		{`{}`, ``, 0, false},
+		{`{"choices":[{"prompt_token_ids":[5]}]}`, ``, 0, false}, // the choice's: read by call
+		{`{"prompt_token_ids":[1.5]}`, ``, 0, true},
+		{`{"prompt_token_ids":"x"}`, ``, 0, true},
+		{`{"prompt_token_ids":[2147483648]}`, ``, 0, true},
+	} {
+		for _, fast := range []bool{true, false} {
+			var r wireResponse
+			if !fast || !decodeAnswer([]byte(tc.answer), &r) {
+				r = wireResponse{}
+				if err := json.Unmarshal([]byte(tc.answer), &r); err != nil {
+					t.Fatalf("%s: %v", tc.answer, err)
+				}
+			}
+			got, n, err := promptIDs(r.PromptTokenIDs)
+			if string(got) != tc.want || n != tc.n || (err != nil) != tc.err || (got == nil) != (tc.want == "") {
+				t.Errorf("%s (fast %v): %q, %d, %v; want %q, %d, error %v", tc.answer, fast, got, n, err, tc.want, tc.n, tc.err)
+			}
+		}
+	}
 }
 
 func TestDecodeAnswerSeeds(t *testing.T) {

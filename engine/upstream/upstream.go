@@ -36,6 +36,7 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/internal/fastjson"
 )
 
 // Model is one served model and where it is served.
@@ -533,12 +534,17 @@ type CompletionRequest struct {
 type Result struct {
 	Message chat.Message // Chat
 	Text    string       // Completion
-	// PromptIDs, IDs and Logprobs are what the upstream reported; NoTokenIDs
-	// is set when it reported no ids (a hosted API).
-	PromptIDs  []int32
-	IDs        []int32
-	Logprobs   []float32
-	NoTokenIDs bool
+	// PromptIDsJSON, IDs and Logprobs are what the upstream reported;
+	// NoTokenIDs is set when it reported no ids (a hosted API). The
+	// prompt's ids are kept as a JSON array written as encoding/json
+	// writes an []int32 ("[1,2,3]"): the upstream's own bytes when it
+	// wrote them so (vLLM and SGLang do), checked but neither converted
+	// nor printed again, since a chat-mode call's tens of thousands of
+	// prompt ids only go into its model_request event.
+	PromptIDsJSON []byte
+	IDs           []int32
+	Logprobs      []float32
+	NoTokenIDs    bool
 	// FinishReason is engine.FinishStop or engine.FinishLength.
 	FinishReason string
 	Model        string
@@ -604,7 +610,7 @@ type wireChoice struct {
 	Text           string  `json:"text"`
 	FinishReason   string  `json:"finish_reason"`
 	TokenIDs       []int32 `json:"token_ids"`
-	PromptTokenIDs []int32 `json:"prompt_token_ids"`
+	PromptTokenIDs wireIDs `json:"prompt_token_ids"`
 	Logprobs       *struct {
 		Content []struct {
 			Logprob float32 `json:"logprob"`
@@ -613,9 +619,48 @@ type wireChoice struct {
 	} `json:"logprobs"`
 }
 
+// wireIDs is a token id array as the upstream wrote it.
+type wireIDs struct {
+	raw []byte
+	// canonical: raw is written as encoding/json writes an []int32, with
+	// n ids.
+	canonical bool
+	n         int
+}
+
+// UnmarshalJSON keeps the raw value (encoding/json's path for an answer
+// the fast decoder does not read).
+func (w *wireIDs) UnmarshalJSON(b []byte) error {
+	*w = wireIDs{raw: bytes.Clone(b)}
+	return nil
+}
+
+// promptIDs returns ids as a JSON array written as encoding/json writes
+// an []int32, nil for none (absent or null), and the number of ids.
+func promptIDs(ids wireIDs) ([]byte, int, error) {
+	if ids.canonical {
+		return ids.raw, ids.n, nil
+	}
+	if len(ids.raw) == 0 || string(ids.raw) == "null" {
+		return nil, 0, nil
+	}
+	s := fastjson.New(ids.raw)
+	if t, n, ok := s.Int32sText(); ok && s.End() {
+		return t, n, nil
+	}
+	var v []int32
+	if err := json.Unmarshal(ids.raw, &v); err != nil {
+		return nil, 0, fmt.Errorf("prompt_token_ids: %w", err)
+	}
+	if v == nil {
+		return nil, 0, nil
+	}
+	return fastjson.AppendInt32s(nil, v), len(v), nil
+}
+
 type wireResponse struct {
 	Model          string       `json:"model"`
-	PromptTokenIDs []int32      `json:"prompt_token_ids"`
+	PromptTokenIDs wireIDs      `json:"prompt_token_ids"`
 	Choices        []wireChoice `json:"choices"`
 	Usage          struct {
 		PromptTokens     int `json:"prompt_tokens"`
@@ -679,7 +724,13 @@ func (c *Client) Completion(ctx context.Context, req CompletionRequest) (*Result
 }
 
 func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wireRequest) (*Result, error) {
-	body, ok := appendRequest(make([]byte, 0, 1024), w)
+	size := 1024 + 4*len(w.StopTokenIDs)
+	for i := range w.Messages {
+		if m := &w.Messages[i]; m.Content != nil {
+			size += len(*m.Content) + len(*m.Content)/16 + 64
+		}
+	}
+	body, ok := appendRequest(make([]byte, 0, size), w)
 	if !ok {
 		var err error
 		if body, err = json.Marshal(w); err != nil {
@@ -706,7 +757,6 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 	ch := &resp.Choices[0]
 	r := &Result{
 		Text:             ch.Text,
-		PromptIDs:        resp.PromptTokenIDs,
 		IDs:              ch.TokenIDs,
 		Model:            m.name,
 		Version:          version,
@@ -714,8 +764,13 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 		PromptTokens:     resp.Usage.PromptTokens,
 		CompletionTokens: resp.Usage.CompletionTokens,
 	}
-	if r.PromptIDs == nil {
-		r.PromptIDs = ch.PromptTokenIDs
+	ids := resp.PromptTokenIDs
+	if ids.raw == nil {
+		ids = ch.PromptTokenIDs
+	}
+	var nPrompt int
+	if r.PromptIDsJSON, nPrompt, err = promptIDs(ids); err != nil {
+		return nil, fmt.Errorf("upstream %s: decode answer: %w", m.name, err)
 	}
 	if ch.Logprobs != nil {
 		if len(ch.Logprobs.Content) > 0 {
@@ -727,9 +782,9 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 			r.Logprobs = ch.Logprobs.TokenLogprobs
 		}
 	}
-	if r.IDs == nil || r.PromptIDs == nil {
+	if r.IDs == nil || r.PromptIDsJSON == nil {
 		r.NoTokenIDs = true
-		r.IDs, r.PromptIDs = nil, nil
+		r.IDs, r.PromptIDsJSON, nPrompt = nil, nil, 0
 	}
 	if len(r.Logprobs) != len(r.IDs) {
 		r.Logprobs = nil
@@ -752,7 +807,7 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 	}
 	r.Message = msg
 	if r.PromptTokens == 0 {
-		r.PromptTokens = len(r.PromptIDs)
+		r.PromptTokens = nPrompt
 	}
 	if r.CompletionTokens == 0 {
 		r.CompletionTokens = len(r.IDs)

@@ -97,7 +97,7 @@ func TestChatTokenIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(r.PromptIDs, []int32{1, 2, 3}) || !slices.Equal(r.IDs, []int32{120, 121}) || !slices.Equal(r.Logprobs, []float32{-0.5, -1.5}) {
+	if string(r.PromptIDsJSON) != "[1,2,3]" || !slices.Equal(r.IDs, []int32{120, 121}) || !slices.Equal(r.Logprobs, []float32{-0.5, -1.5}) {
 		t.Fatalf("ids/logprobs not read: %+v", r)
 	}
 	if r.NoTokenIDs || r.Version != 7 || r.Model != "m" || r.FinishReason != engine.FinishStop || r.Retries != 0 {
@@ -137,7 +137,7 @@ func TestCompletionTokenIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(r.PromptIDs, []int32{7, 8}) || !slices.Equal(r.IDs, []int32{111, 107}) || !slices.Equal(r.Logprobs, []float32{-0.25, -0.5}) || r.Text != "ok" || r.FinishReason != engine.FinishLength {
+	if string(r.PromptIDsJSON) != "[7,8]" || !slices.Equal(r.IDs, []int32{111, 107}) || !slices.Equal(r.Logprobs, []float32{-0.25, -0.5}) || r.Text != "ok" || r.FinishReason != engine.FinishLength {
 		t.Fatalf("%+v", r)
 	}
 	if p := v.lastBody.Load().(map[string]any)["prompt"].([]any); len(p) != 2 {

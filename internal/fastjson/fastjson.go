@@ -15,7 +15,9 @@ package fastjson
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -178,7 +180,11 @@ func (s *Scanner) Float(bits int) (float64, bool) {
 
 // String reads a string.
 func (s *Scanner) String() (string, bool) {
-	b, ok := s.str(nil)
+	b, fresh, ok := s.str(true)
+	if fresh {
+		// b is the scanner's own new buffer: no need to copy it again.
+		return unsafe.String(unsafe.SliceData(b), len(b)), ok
+	}
 	return string(b), ok
 }
 
@@ -192,11 +198,32 @@ func (s *Scanner) StringOrNull(v *string) bool {
 	return ok
 }
 
-// str reads a string, unescaped; without escapes it returns a slice of the
-// input (buf unused).
-func (s *Scanner) str(buf []byte) ([]byte, bool) {
+// RawString reads any value as Raw does; when it is a string, str is
+// also that string decoded (isString true), in the same pass.
+func (s *Scanner) RawString() (raw []byte, str string, isString, ok bool) {
 	if s.peek() != '"' {
-		return nil, false
+		raw, ok = s.Raw()
+		return raw, "", false, ok
+	}
+	start := s.pos
+	str, ok = s.String()
+	return s.data[start:s.pos], str, true, ok
+}
+
+// strPlain marks the bytes a string holds as they are: ASCII but for
+// control characters, quote and backslash.
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// str reads a string, unescaped when build (else only checked); without
+// escapes it returns a slice of the input, else a new buffer (fresh).
+func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
+	if s.peek() != '"' {
+		return nil, false, false
 	}
 	d := s.data
 	i := s.pos + 1
@@ -204,97 +231,124 @@ func (s *Scanner) str(buf []byte) ([]byte, bool) {
 	ascii := true
 	for {
 		if i >= len(d) {
-			return nil, false
+			return nil, false, false
 		}
 		c := d[i]
+		if strPlain[c] {
+			i++
+			continue
+		}
 		if c == '"' {
 			if !ascii && !utf8.Valid(d[start:i]) {
-				return nil, false
+				return nil, false, false
 			}
 			s.pos = i + 1
-			return d[start:i], true
+			return d[start:i], false, true
 		}
 		if c == '\\' {
 			break
 		}
 		if c < 0x20 {
-			return nil, false
+			return nil, false, false
 		}
 		if c >= 0x80 {
 			ascii = false
 		}
 		i++
 	}
-	// Escapes: copy into buf.
+	// Escapes: copy into a buffer of the escaped length (no longer than
+	// the decoded text).
 	if !ascii && !utf8.Valid(d[start:i]) {
-		return nil, false
+		return nil, false, false
 	}
-	buf = append(buf, d[start:i]...)
+	var buf []byte
+	if build {
+		end := i
+		for end < len(d) && d[end] != '"' {
+			if d[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		buf = make([]byte, 0, min(end, len(d))-start)
+		buf = append(buf, d[start:i]...)
+	}
 	for {
 		if i >= len(d) {
-			return nil, false
+			return nil, false, false
 		}
 		c := d[i]
 		switch {
 		case c == '"':
 			s.pos = i + 1
-			return buf, true
+			return buf, build, true
 		case c < 0x20:
-			return nil, false
+			return nil, false, false
 		case c == '\\':
 			if i+1 >= len(d) {
-				return nil, false
+				return nil, false, false
 			}
+			var e byte
 			switch d[i+1] {
 			case '"', '\\', '/':
-				buf = append(buf, d[i+1])
+				e = d[i+1]
 			case 'b':
-				buf = append(buf, '\b')
+				e = '\b'
 			case 'f':
-				buf = append(buf, '\f')
+				e = '\f'
 			case 'n':
-				buf = append(buf, '\n')
+				e = '\n'
 			case 'r':
-				buf = append(buf, '\r')
+				e = '\r'
 			case 't':
-				buf = append(buf, '\t')
+				e = '\t'
 			case 'u':
 				r, ok := hex4(d, i+2)
 				if !ok {
-					return nil, false
+					return nil, false, false
 				}
 				i += 6
 				if utf16.IsSurrogate(r) {
 					// Only a valid pair is decoded here.
 					if i+1 >= len(d) || d[i] != '\\' || d[i+1] != 'u' {
-						return nil, false
+						return nil, false, false
 					}
 					r2, ok := hex4(d, i+2)
 					if !ok {
-						return nil, false
+						return nil, false, false
 					}
 					dec := utf16.DecodeRune(r, r2)
 					if dec == utf8.RuneError {
-						return nil, false
+						return nil, false, false
 					}
 					r = dec
 					i += 6
 				}
-				buf = utf8.AppendRune(buf, r)
+				if build {
+					buf = utf8.AppendRune(buf, r)
+				}
 				continue
 			default:
-				return nil, false
+				return nil, false, false
+			}
+			if build {
+				buf = append(buf, e)
 			}
 			i += 2
 		default:
 			j := i
-			for i < len(d) && d[i] != '"' && d[i] != '\\' && d[i] >= 0x20 {
+			for i < len(d) && (strPlain[d[i]] || d[i] >= 0x80) {
+				if d[i] >= 0x80 {
+					ascii = false
+				}
 				i++
 			}
-			if !utf8.Valid(d[j:i]) {
-				return nil, false
+			if !ascii && !utf8.Valid(d[j:i]) {
+				return nil, false, false
 			}
-			buf = append(buf, d[j:i]...)
+			if build {
+				buf = append(buf, d[j:i]...)
+			}
 		}
 	}
 }
@@ -354,7 +408,7 @@ func (s *Scanner) skip(depth int) bool {
 		}
 		return a.OK()
 	case '"':
-		_, ok := s.str(nil)
+		_, _, ok := s.str(false)
 		return ok
 	case 't', 'f':
 		_, ok := s.Bool()
@@ -452,7 +506,7 @@ func (o *Object) next() ([]byte, bool) {
 		s.pos++
 	}
 	o.n++
-	k, ok := s.str(nil)
+	k, _, ok := s.str(true)
 	if !ok || s.peek() != ':' {
 		o.ok = false
 		return nil, false
@@ -570,6 +624,89 @@ func (s *Scanner) Int32s() ([]int32, bool) {
 	return out, a.OK()
 }
 
+// Int32sText reads an array of integers that fit in int32 written exactly
+// as encoding/json writes an []int32 ("[1,-2,3]", "[]": no white space
+// inside, no leading zeros, no "-0") and returns its bytes and the number
+// of elements, without converting them: text is what AppendInt32s writes
+// for the ids json.Unmarshal reads from it. For anything else (null, white
+// space inside, another number form, a value out of range) it reports
+// false and leaves the scanner where it was, so that the caller can read
+// the value another way.
+func (s *Scanner) Int32sText() (text []byte, n int, ok bool) {
+	p0 := s.pos
+	s.ws()
+	d, start := s.data, s.pos
+	s.pos = p0
+	if start >= len(d) || d[start] != '[' {
+		return nil, 0, false
+	}
+	i := start + 1
+	if i < len(d) && d[i] == ']' {
+		s.pos = i + 1
+		return d[start : i+1], 0, true
+	}
+	for {
+		neg := i < len(d) && d[i] == '-'
+		if neg {
+			i++
+		}
+		j := i
+		if i+8 <= len(d) {
+			// The digits among the next 8 bytes, at once.
+			i += digitRun(binary.LittleEndian.Uint64(d[i:]))
+		}
+		if i-j == 8 || i+8 > len(d) {
+			for i < len(d) && d[i]-'0' <= 9 {
+				i++
+			}
+		}
+		switch digits := i - j; {
+		case digits == 0, digits > 10, digits > 1 && d[j] == '0', neg && digits == 1 && d[j] == '0':
+			return nil, 0, false
+		case digits == 10:
+			limit := "2147483647"
+			if neg {
+				limit = "2147483648"
+			}
+			if string(d[j:i]) > limit {
+				return nil, 0, false
+			}
+		}
+		n++
+		if i >= len(d) {
+			return nil, 0, false
+		}
+		switch d[i] {
+		case ']':
+			s.pos = i + 1
+			return d[start : i+1], n, true
+		case ',':
+			i++
+		default:
+			return nil, 0, false
+		}
+	}
+}
+
+// digitRun returns how many of the 8 bytes of x (little-endian: the first
+// in the low byte) are ASCII digits before the first that is not.
+func digitRun(x uint64) int {
+	const (
+		hi    = 0xF0F0F0F0F0F0F0F0
+		zeros = 0x3030303030303030
+		six   = 0x0606060606060606
+		low7  = 0x7F7F7F7F7F7F7F7F
+		top   = 0x8080808080808080
+	)
+	// A byte is a digit when its high nibble is 3 and adding 6 keeps it
+	// (its low nibble is at most 9); what a byte above 0xF9 carries into
+	// the next one only lands after a non-digit.
+	nz := (x&hi ^ zeros) | ((x+six)&hi ^ zeros)
+	// The top bit of each byte that is not zero, i.e. not a digit.
+	m := ((nz&low7 + low7) | nz) & top
+	return bits.TrailingZeros64(m) / 8
+}
+
 // Float32s reads an array of float32 as encoding/json would into a
 // []float32 (null: nil; []: empty, not nil).
 func (s *Scanner) Float32s() ([]float32, bool) {
@@ -594,6 +731,14 @@ func (s *Scanner) Float32s() ([]float32, bool) {
 // IntBits is the size of Go's int, for Int.
 const IntBits = 32 << (^uint(0) >> 63)
 
+// plain marks the ASCII bytes AppendString copies as they are.
+var plain = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // AppendString appends s as a JSON string exactly as encoding/json's
 // Marshal writes it (HTML-safe: <, > and & escaped; U+2028 and U+2029
 // escaped; invalid UTF-8 replaced by U+FFFD).
@@ -603,7 +748,7 @@ func AppendString(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if plain[c] {
 				i++
 				continue
 			}

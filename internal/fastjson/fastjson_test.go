@@ -1,6 +1,7 @@
 package fastjson
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math"
 	"reflect"
@@ -194,5 +195,128 @@ func TestInt32sFloat32sMatchEncodingJSON(t *testing.T) {
 	}
 	if v, ok := New([]byte(`[-0.5,1e-3]`)).Float32s(); !ok || len(v) != 2 {
 		t.Errorf("Float32s = %v, %v", v, ok)
+	}
+}
+
+// checkInt32sText: whatever Int32sText accepts, json.Unmarshal reads as an
+// []int32 that AppendInt32s writes back to the same bytes, with as many
+// elements as it said; what it refuses leaves the scanner where it was.
+func checkInt32sText(t *testing.T, in string) bool {
+	s := New([]byte(in))
+	text, n, ok := s.Int32sText()
+	if !ok {
+		if s.pos != 0 {
+			t.Errorf("Int32sText(%q) refused but moved to %d", in, s.pos)
+		}
+		return false
+	}
+	var ids []int32
+	if err := json.Unmarshal(text, &ids); err != nil {
+		t.Fatalf("Int32sText accepted %q, encoding/json: %v", text, err)
+	}
+	if got := AppendInt32s(nil, ids); string(got) != string(text) || len(ids) != n {
+		t.Fatalf("Int32sText(%q) = %q (%d ids), written back %q (%d)", in, text, n, got, len(ids))
+	}
+	return true
+}
+
+func TestInt32sText(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{`[]`, true}, {`[0]`, true}, {`[1,-2,3]`, true}, {` [7]`, true}, {`[2147483647,-2147483648]`, true}, {`[1]x`, true},
+		{`null`, false}, {`[ 1]`, false}, {`[1 ]`, false}, {`[1, 2]`, false}, {`[01]`, false}, {`[-0]`, false}, {`[2147483648]`, false},
+		{`[-2147483649]`, false}, {`[99999999999]`, false}, {`[1.5]`, false}, {`[1e2]`, false}, {`[1,]`, false}, {`[,1]`, false},
+		{`[-]`, false}, {` 0000`, false}, {`[1`, false}, {`[`, false}, {``, false}, {`["1"]`, false}, {`{}`, false},
+	} {
+		if got := checkInt32sText(t, tc.in); got != tc.want {
+			t.Errorf("Int32sText(%q) accepted: %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzInt32sText(f *testing.F) {
+	for _, s := range []string{`[1,-2,3]`, `[]`, `[2147483647]`, `[01]`, `[1, 2]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkInt32sText(t, string(data)) })
+}
+
+// TestRawString: RawString reads what Raw reads, and a string also as
+// String decodes it; Skip accepts exactly the strings String does.
+func TestRawString(t *testing.T) {
+	for _, in := range append([]string{`"a\nb"`, `"\u00e9\ud83d\ude00x"`, `"bad \x"`, `"\ud800"`, `[1,"x"]`, `"` + strings.Repeat(`ab\"\\`, 300) + `"`}, seeds...) {
+		raw, str, isString, ok := New([]byte(in)).RawString()
+		wantRaw, wantOK := New([]byte(in)).Raw()
+		if ok != wantOK || string(raw) != string(wantRaw) {
+			t.Errorf("RawString(%q) = %q, %v; Raw %q, %v", in, raw, ok, wantRaw, wantOK)
+		}
+		want, sok := New([]byte(in)).String()
+		if isString && ok && (!sok || str != want) {
+			t.Errorf("RawString(%q) string %q, String %q (%v)", in, str, want, sok)
+		}
+		if skip := New([]byte(in)).Skip(); in[0] == '"' && skip != sok {
+			t.Errorf("Skip(%q) = %v, String ok %v", in, skip, sok)
+		}
+	}
+}
+
+// BenchmarkInt32sText: a long prompt's ids (200k ids of 1-6 digits).
+func BenchmarkInt32sText(b *testing.B) {
+	ids := make([]int32, 200000)
+	for i := range ids {
+		ids[i] = int32(i*7919) % 150000
+	}
+	data := AppendInt32s(nil, ids)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, n, ok := New(data).Int32sText(); !ok || n != len(ids) {
+			b.Fatal(n, ok)
+		}
+	}
+}
+
+// BenchmarkInt32s: the same ids decoded, the baseline of BenchmarkInt32sText.
+func BenchmarkInt32s(b *testing.B) {
+	ids := make([]int32, 200000)
+	for i := range ids {
+		ids[i] = int32(i*7919) % 150000
+	}
+	data := AppendInt32s(nil, ids)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if v, ok := New(data).Int32s(); !ok || len(v) != len(ids) {
+			b.Fatal(ok)
+		}
+	}
+}
+
+// TestDigitRun: every byte value at every position of the word, followed
+// by bytes that carry (0xFF) or not.
+func TestDigitRun(t *testing.T) {
+	for _, fill := range []byte{'7', 0xFF, 0x00, '/', ':'} {
+		for p := 0; p < 8; p++ {
+			for c := 0; c < 256; c++ {
+				var w [8]byte
+				for k := range w {
+					switch {
+					case k < p:
+						w[k] = '0' + byte(k)
+					case k == p:
+						w[k] = byte(c)
+					default:
+						w[k] = fill
+					}
+				}
+				want := 0
+				for want < 8 && w[want] >= '0' && w[want] <= '9' {
+					want++
+				}
+				if got := digitRun(binary.LittleEndian.Uint64(w[:])); got != want {
+					t.Fatalf("digitRun(%q) = %d, want %d", w, got, want)
+				}
+			}
+		}
 	}
 }

@@ -50,7 +50,7 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 	encs := make([]store.Encoding, len(evs))
 	stored := slices.Clone(evs)
 	for i := range stored {
-		encs[i] = enc.Encode(rolloutID, attemptID, stored[i].Type, stored[i].Data)
+		encs[i] = enc.Encode(rolloutID, attemptID, stored[i])
 		stored[i].Data = encs[i].Data
 	}
 	out, err := s.events.Append(ctx, rolloutID, attemptID, stored)

@@ -558,7 +558,7 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 		b := j.s.bases.Batch()
 		evs = slices.Clone(evs)
 		for i := range evs {
-			encs[i] = b.Encode(rid, aid, evs[i].Type, evs[i].Data)
+			encs[i] = b.Encode(rid, aid, evs[i])
 			evs[i].Data = encs[i].Data
 		}
 	}

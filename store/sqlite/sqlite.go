@@ -1175,7 +1175,7 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 func (s *Store) insertEvent(ctx context.Context, ins *sql.Stmt, enc *store.EncodeBatch, rid, aid string, e store.NewEvent) (int64, error) {
 	en := store.Encoding{Data: e.Data}
 	if !s.plain && !store.Encoded(e.Data) {
-		en = enc.Encode(rid, aid, e.Type, e.Data)
+		en = enc.Encode(rid, aid, e)
 	}
 	return s.insertEncoded(ctx, ins, enc, rid, aid, e, en)
 }
