@@ -43,6 +43,8 @@ import (
 //	    timeout: 300s
 //	    partial_credit: false          # true: fraction of fail_to_pass passing, 0 if a pass_to_pass fails
 //	    log_tail_bytes: 8192
+//	    copy_timeout: 60s              # bounds the copy of the final workspace (its size: disk_bytes)
+//	    copy_max_files: 100000         # files and directories; past a bound: not tested, reward 0
 //	  kubernetes: {…}                  # kind kubernetes only (controller/kubernetes.Section)
 type Section struct {
 	Kind              string            `yaml:"kind"`
