@@ -31,8 +31,8 @@ import (
 //	    harness: outside               # outside (AGL_SANDBOX_EXEC) | inside (the harness runs in the sandbox)
 //	    timeout: 60s                   # wall time per command
 //	    cpu_seconds: 120               # CPU time per process (default 2x timeout)
-//	    memory_bytes: 2147483648       # per command (cgroup v1 memory; else RLIMIT_AS)
-//	    processes: 256                 # per command (cgroup v1 pids; else RLIMIT_NPROC)
+//	    memory_bytes: 2147483648       # per command (cgroup v1 memory or v2 memory.max; else RLIMIT_AS)
+//	    processes: 256                 # per command (cgroup v1 pids or v2 pids.max; else RLIMIT_NPROC)
 //	    disk_bytes: 1073741824         # the workspace (a tmpfs when root) and /tmp, each
 //	    output_bytes: 1048576          # stdout and stderr, each, per command
 //	    read_only: [/opt/tool]         # extra host paths bound read-only
