@@ -2,6 +2,7 @@ package controller
 
 import (
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -35,7 +36,7 @@ import (
 //	    processes: 256                 # per command (cgroup v1 pids or v2 pids.max; else RLIMIT_NPROC)
 //	    disk_bytes: 1073741824         # the workspace (a tmpfs when root) and /tmp, each
 //	    output_bytes: 1048576          # stdout and stderr, each, per command
-//	    read_only: [/opt/tool]         # extra host paths bound read-only
+//	    read_only: [/opt/tool]         # extra host paths bound read-only (relative: to the config file)
 //	    env: {PYTHONDONTWRITEBYTECODE: "1"}
 //	    keep_workspaces: kept          # copy final workspaces here (default: removed)
 //	    bwrap: bwrap
@@ -89,6 +90,16 @@ func (s Section) Config(base string) Config {
 	sb.Env = envList(s.Sandbox.Env)
 	if sb.KeepWorkspaces != "" && base != "" && !filepath.IsAbs(sb.KeepWorkspaces) {
 		sb.KeepWorkspaces = filepath.Join(base, sb.KeepWorkspaces)
+	}
+	// A relative read_only path is relative to the config file too (the
+	// sandbox binds absolute paths).
+	sb.ReadOnly = slices.Clone(sb.ReadOnly)
+	for i, p := range sb.ReadOnly {
+		if base != "" && !filepath.IsAbs(p) {
+			if abs, err := filepath.Abs(filepath.Join(base, p)); err == nil {
+				sb.ReadOnly[i] = abs
+			}
+		}
 	}
 	return Config{
 		Command: s.Command, Dir: dir, Env: envList(s.Env), Concurrency: s.Concurrency, WorkerID: s.Worker, Mode: s.Mode,
