@@ -76,6 +76,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/sandbox"
 	"github.com/aglrl/agl/store"
 )
 
@@ -247,6 +248,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := becomeSubreaper(); err != nil {
 		c.log.Warn("controller: cannot become the child subreaper: processes a harness detaches (setsid) may outlive its attempt", "err", err)
 	}
+	c.log.Info("controller: repository tasks' sandboxes bound memory and processes with", "cgroups", sandbox.CgroupBackend())
 	return c.claimLoop(ctx, c.runAttempt)
 }
 

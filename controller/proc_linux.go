@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/aglrl/agl/internal/pidfd"
 )
 
 var subreaper struct {
@@ -35,6 +37,9 @@ func becomeSubreaper() error {
 type proc struct {
 	pid, ppid, pgid int
 	zombie          bool
+	// start is its start time: with pid, what tells it from a later
+	// process that took the same pid.
+	start uint64
 }
 
 // readProcs lists every process of the system.
@@ -64,7 +69,11 @@ func readProcs() map[int]proc {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		pgid, _ := strconv.Atoi(f[2])
-		out[pid] = proc{pid: pid, ppid: ppid, pgid: pgid, zombie: f[0] == "Z"}
+		start, err := pidfd.ParseStartTime(b)
+		if err != nil {
+			continue
+		}
+		out[pid] = proc{pid: pid, ppid: ppid, pgid: pgid, zombie: f[0] == "Z", start: start}
 	}
 	return out
 }
@@ -93,8 +102,18 @@ func attemptOf(pid int) string {
 // starts). A left-behind process is recognised by the attempt its
 // environment names, or by having left this process's group (every
 // harness starts in a group of its own) without naming a running attempt.
-// It returns how many processes it killed.
+// A victim is signalled through a pidfd, and only if its pid still names
+// the process read from /proc (same start time): a fork bomb cycles
+// through the pid space, and a pid it freed meanwhile may be an unrelated
+// process's by the time the sweep gets to it. It returns how many
+// processes it killed.
 func sweep(aid string, running func(aid string) bool, live func(pid int) bool) int {
+	return sweepWith(aid, running, live, nil)
+}
+
+// sweepWith is sweep; afterRead, if set, runs after each read of /proc,
+// before the victims are signalled (a test makes a pid stale there).
+func sweepWith(aid string, running func(aid string) bool, live func(pid int) bool, afterRead func(victims []proc)) int {
 	self, ownGroup := os.Getpid(), syscall.Getpgrp()
 	killed := 0
 	// Bounded: a process stuck in the kernel (D state) is left to a later
@@ -134,15 +153,21 @@ func sweep(aid string, running func(aid string) bool, live func(pid int) bool) i
 		if len(victims) == 0 {
 			return killed
 		}
-		for _, p := range victims {
-			if !p.zombie && syscall.Kill(p.pid, syscall.SIGKILL) == nil {
+		if afterRead != nil {
+			afterRead(victims)
+		}
+		dead := make([]bool, len(victims))
+		for i, p := range victims {
+			dead[i] = p.zombie
+			if !p.zombie && pidfd.Signal(p.pid, syscall.SIGKILL, pidfd.Started(p.start)) == nil {
 				killed++
+				dead[i] = true
 			}
 		}
 		// Reap those re-parented to us (their own children come to us in
 		// turn, found by the next round).
-		for _, p := range victims {
-			if p.ppid != self {
+		for i, p := range victims {
+			if p.ppid != self || !dead[i] {
 				continue
 			}
 			for {

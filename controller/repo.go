@@ -131,6 +131,13 @@ type TestsConfig struct {
 	// LogTailBytes is how much of the test output the tests event keeps
 	// (default 8192).
 	LogTailBytes int `yaml:"log_tail_bytes"`
+	// CopyTimeout bounds the copy of the final workspace before the tests
+	// (default 60s); CopyMaxFiles bounds its files and directories
+	// (default 100000). Its size is bounded by sandbox.disk_bytes. A
+	// workspace past a bound is not tested: reward 0, and the tests event
+	// says which bound.
+	CopyTimeout  time.Duration `yaml:"copy_timeout"`
+	CopyMaxFiles int           `yaml:"copy_max_files"`
 }
 
 // Event types the controller appends for repository tasks; a scoped key
@@ -241,9 +248,14 @@ func (c *runner) keepWorkspace(a *attempt) {
 	dst := filepath.Join(keep, a.rid+"-"+a.aid)
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		a.log.Warn("controller: keep workspace", "err", err)
-	} else if err := sandbox.CopyTree(r.ws, dst, nil); err != nil {
+	} else if err := sandbox.CopyWorkspace(context.Background(), r.ws, dst, nil, c.copyBounds(r)); err != nil {
 		a.log.Warn("controller: keep workspace", "err", err)
 	}
+}
+
+// copyBounds bound a copy of the final workspace.
+func (c *runner) copyBounds(r *repoAttempt) sandbox.CopyBounds {
+	return sandbox.CopyBounds{MaxBytes: r.spec.Limits.DiskBytes, MaxFiles: c.cfg.Tests.CopyMaxFiles, Timeout: c.cfg.Tests.CopyTimeout}
 }
 
 // cleanupRepo keeps the final workspace if configured and not yet kept,
@@ -290,8 +302,11 @@ type testsData struct {
 	// standard-library or test-runner module; they were left out of the
 	// test run.
 	Shadowing []string `json:"shadowing,omitempty"`
-	Log       string   `json:"log"`
-	LogBytes  int64    `json:"log_bytes"`
+	// Refused names the bound (size, files, time: sandbox.CopyLimit…)
+	// past which the final workspace was not copied, so not tested.
+	Refused  string `json:"refused,omitempty"`
+	Log      string `json:"log"`
+	LogBytes int64  `json:"log_bytes"`
 }
 
 // Test statuses in a tests event.
@@ -394,7 +409,15 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 		}
 		return false
 	}
-	if err := sandbox.CopyTree(r.ws, dir, skip); err != nil {
+	err := sandbox.CopyWorkspace(ctx, r.ws, dir, skip, c.copyBounds(r))
+	slices.Sort(d.Shadowing)
+	var le *sandbox.CopyLimitError
+	if errors.As(err, &le) {
+		d.Refused = le.Limit
+		d.Reason = "the final workspace was not tested: " + le.Error()
+		return d, nil
+	}
+	if err != nil {
 		return d, fmt.Errorf("tests: copy the workspace: %w", err)
 	}
 	changed, err := sandbox.RestoreHidden(r.pristine, dir, t.HiddenFiles)
@@ -540,6 +563,12 @@ func (c Config) repoDefaults() (Config, error) {
 	}
 	if c.Tests.LogTailBytes <= 0 {
 		c.Tests.LogTailBytes = 8192
+	}
+	if c.Tests.CopyTimeout <= 0 {
+		c.Tests.CopyTimeout = 60 * time.Second
+	}
+	if c.Tests.CopyMaxFiles <= 0 {
+		c.Tests.CopyMaxFiles = 100000
 	}
 	if c.Agl == "" {
 		exe, err := os.Executable()

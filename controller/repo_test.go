@@ -497,3 +497,55 @@ func TestRepoTaskErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRepoWorkspaceCopyBounds: the final workspace is copied for the
+// tests within bounds (sandbox.disk_bytes, tests.copy_max_files); past
+// one, the tests event names it and the reward is 0 even with the fix in
+// place; a FIFO or links out of the workspace neither hang nor change the
+// evaluation.
+func TestRepoWorkspaceCopyBounds(t *testing.T) {
+	requireBwrap(t)
+	e := newEnv(t, time.Hour)
+	repo := pyRepo(t)
+	cases := []struct {
+		name    string
+		cmds    []string
+		want    float64
+		refused string
+	}{
+		{"a sparse file of 1 TB", []string{fixCmd, "truncate -s 1T big && ls -l big"}, 0, sandbox.CopyLimitBytes},
+		{"many tiny files", []string{fixCmd, "mkdir many && cd many && seq 1 600 | xargs touch"}, 0, sandbox.CopyLimitFiles},
+		{"a FIFO", []string{fixCmd, "mkfifo pipe && ls -l pipe"}, 1, ""},
+		{"links out of the workspace", []string{fixCmd, "ln -s / root; ln -s /etc/passwd pw; ln -s ../../../.. up; ls -l"}, 1, ""},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": c.cmds}))[0]
+	}
+	cfg := e.repoConfig(t)
+	cfg.Concurrency = 2
+	cfg.Tests.CopyMaxFiles = 500
+	start(t, cfg)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rid := ids[c.name]
+			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
+				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g", r.Status, r.Error, fmtPtr(r.Reward), c.want)
+			}
+			var te struct {
+				testsEvent
+				Refused string `json:"refused"`
+			}
+			if !e.one(t, rid, controller.EventTests, &te) {
+				return
+			}
+			if te.Refused != c.refused {
+				t.Errorf("tests event refused %q (%s), want %q", te.Refused, te.Reason, c.refused)
+			}
+			if c.refused != "" && !strings.Contains(te.Reason, "the final workspace was not tested") {
+				t.Errorf("tests event reason %q does not say why", te.Reason)
+			}
+		})
+	}
+}

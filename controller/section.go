@@ -2,6 +2,7 @@ package controller
 
 import (
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -31,11 +32,11 @@ import (
 //	    harness: outside               # outside (AGL_SANDBOX_EXEC) | inside (the harness runs in the sandbox)
 //	    timeout: 60s                   # wall time per command
 //	    cpu_seconds: 120               # CPU time per process (default 2x timeout)
-//	    memory_bytes: 2147483648       # per command (cgroup v1 memory; else RLIMIT_AS)
-//	    processes: 256                 # per command (cgroup v1 pids; else RLIMIT_NPROC)
+//	    memory_bytes: 2147483648       # per command (cgroup v1 memory or v2 memory.max; else RLIMIT_AS)
+//	    processes: 256                 # per command (cgroup v1 pids or v2 pids.max; else RLIMIT_NPROC)
 //	    disk_bytes: 1073741824         # the workspace (a tmpfs when root) and /tmp, each
 //	    output_bytes: 1048576          # stdout and stderr, each, per command
-//	    read_only: [/opt/tool]         # extra host paths bound read-only
+//	    read_only: [/opt/tool]         # extra host paths bound read-only (relative: to the config file)
 //	    env: {PYTHONDONTWRITEBYTECODE: "1"}
 //	    keep_workspaces: kept          # copy final workspaces here (default: removed)
 //	    bwrap: bwrap
@@ -43,6 +44,8 @@ import (
 //	    timeout: 300s
 //	    partial_credit: false          # true: fraction of fail_to_pass passing, 0 if a pass_to_pass fails
 //	    log_tail_bytes: 8192
+//	    copy_timeout: 60s              # bounds the copy of the final workspace (its size: disk_bytes)
+//	    copy_max_files: 100000         # files and directories; past a bound: not tested, reward 0
 //	  kubernetes: {…}                  # kind kubernetes only (controller/kubernetes.Section)
 type Section struct {
 	Kind              string            `yaml:"kind"`
@@ -87,6 +90,16 @@ func (s Section) Config(base string) Config {
 	sb.Env = envList(s.Sandbox.Env)
 	if sb.KeepWorkspaces != "" && base != "" && !filepath.IsAbs(sb.KeepWorkspaces) {
 		sb.KeepWorkspaces = filepath.Join(base, sb.KeepWorkspaces)
+	}
+	// A relative read_only path is relative to the config file too (the
+	// sandbox binds absolute paths).
+	sb.ReadOnly = slices.Clone(sb.ReadOnly)
+	for i, p := range sb.ReadOnly {
+		if base != "" && !filepath.IsAbs(p) {
+			if abs, err := filepath.Abs(filepath.Join(base, p)); err == nil {
+				sb.ReadOnly[i] = abs
+			}
+		}
 	}
 	return Config{
 		Command: s.Command, Dir: dir, Env: envList(s.Env), Concurrency: s.Concurrency, WorkerID: s.Worker, Mode: s.Mode,

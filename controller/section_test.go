@@ -58,7 +58,8 @@ controller:
 }
 
 // TestSectionSandbox: the sandbox and tests keys of the contract decode
-// into the controller's config (keep_workspaces relative to the file).
+// into the controller's config (keep_workspaces and read_only relative to
+// the file).
 func TestSectionSandbox(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agl.yaml")
@@ -73,7 +74,7 @@ controller:
     processes: 128
     disk_bytes: 268435456
     output_bytes: 65536
-    read_only: [/opt/tool]
+    read_only: [/opt/tool, ../clis]
     env: {PYTHONDONTWRITEBYTECODE: "1"}
     keep_workspaces: kept
     bwrap: /usr/bin/bwrap
@@ -96,7 +97,7 @@ controller:
 	got := s.Config(dir)
 	sb := got.Sandbox
 	if sb.Harness != controller.HarnessInside || sb.Timeout != 30*time.Second || sb.CPUSeconds != 40 || sb.MemoryBytes != 1<<30 ||
-		sb.Processes != 128 || sb.DiskBytes != 256<<20 || sb.OutputBytes != 65536 || !slices.Equal(sb.ReadOnly, []string{"/opt/tool"}) ||
+		sb.Processes != 128 || sb.DiskBytes != 256<<20 || sb.OutputBytes != 65536 || !slices.Equal(sb.ReadOnly, []string{"/opt/tool", filepath.Join(filepath.Dir(dir), "clis")}) ||
 		!slices.Equal(sb.Env, []string{"PYTHONDONTWRITEBYTECODE=1"}) || sb.KeepWorkspaces != filepath.Join(dir, "kept") || sb.Bwrap != "/usr/bin/bwrap" {
 		t.Errorf("sandbox %+v", sb)
 	}

@@ -3,8 +3,10 @@
 package controller_test
 
 import (
+	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -92,4 +94,66 @@ func TestRewardSourceConfig(t *testing.T) {
 			t.Errorf("%s with evaluator %v: %v, want %q", tc.source, tc.evaluator, err, tc.err)
 		}
 	}
+}
+
+// TestSweepForkBombSparesOthers: a harness leaves a fork-bombing sandbox
+// behind (detached, still running when the harness exits); the sweep
+// ends it, while unrelated processes the test starts meanwhile — some of
+// them likely on pids the bomb cycled through — are untouched.
+func TestSweepForkBombSparesOthers(t *testing.T) {
+	requireBwrap(t)
+	e := newEnv(t, time.Hour)
+	pids := t.TempDir()
+	id := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 60}, repoTask(t, pyRepo(t), nil))[0]
+	cfg := e.repoConfig(t)
+	cfg.Command = []string{"sh", "-c", `( setsid "$AGL_SANDBOX_EXEC" bash -c ':(){ :|:& };:; sleep 30' >/dev/null 2>&1 < /dev/null & echo $! > "$PIDS/exec" )
+sleep 2`}
+	cfg.Env = []string{"PIDS=" + pids}
+	var others []*exec.Cmd
+	spawn := func() {
+		c := exec.Command("sleep", "120")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, c)
+	}
+	defer func() {
+		for _, c := range others {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	for range 10 {
+		spawn()
+	}
+	start(t, cfg)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		r, err := e.st.GetRollout(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Terminal() {
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != 0 {
+				t.Fatalf("rollout %s (%s), reward %s; want succeeded with 0", r.Status, r.Error, fmtPtr(r.Reward))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the attempt did not end")
+		}
+		if len(others) < 200 {
+			spawn()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pidAlive(t, filepath.Join(pids, "exec")) {
+		t.Error("the left-behind sandbox outlived its attempt")
+	}
+	for _, c := range others {
+		if err := syscall.Kill(c.Process.Pid, 0); err != nil {
+			t.Fatalf("an unrelated process (pid %d) was killed: %v", c.Process.Pid, err)
+		}
+	}
+	t.Logf("%d unrelated processes untouched", len(others))
 }

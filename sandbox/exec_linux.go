@@ -4,16 +4,11 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,7 +35,7 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 		}
 		bw = p
 	}
-	cg := newCgroup(s.Cgroups, lim)
+	cg := newCgroup(detectCgroups(cgroupRoot), s.Cgroups, lim)
 	defer cg.remove()
 	res.Cgroups = cg.ok()
 
@@ -149,112 +144,4 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 		}
 	}
 	return res, ctx.Err()
-}
-
-// cgroupRoot is the cgroup v1 mount the per-command groups live under.
-const cgroupRoot = "/sys/fs/cgroup"
-
-// cgroup is one command's memory and pids groups (v1); dirs is empty
-// when they could not be made.
-type cgroup struct{ mem, pids string }
-
-func newCgroup(parent string, lim Limits) *cgroup {
-	if parent == "" {
-		parent = "agl"
-	}
-	var b [8]byte
-	rand.Read(b[:])
-	name := hex.EncodeToString(b[:])
-	c := &cgroup{}
-	// Only where the v1 memory and pids hierarchies are mounted ("tasks"
-	// is v1's): on a cgroup2-only host these paths would make v2 groups.
-	for _, h := range []string{"memory", "pids"} {
-		if _, err := os.Stat(filepath.Join(cgroupRoot, h, "tasks")); err != nil {
-			return c
-		}
-	}
-	mem := filepath.Join(cgroupRoot, "memory", parent, name)
-	pids := filepath.Join(cgroupRoot, "pids", parent, name)
-	if os.MkdirAll(mem, 0o755) != nil || os.MkdirAll(pids, 0o755) != nil {
-		os.Remove(mem)
-		os.Remove(pids)
-		return c
-	}
-	c.mem, c.pids = mem, pids
-	err := errors.Join(
-		os.WriteFile(filepath.Join(mem, "memory.limit_in_bytes"), []byte(strconv.FormatInt(lim.MemoryBytes, 10)), 0),
-		os.WriteFile(filepath.Join(pids, "pids.max"), []byte(strconv.Itoa(lim.Processes)), 0),
-	)
-	// Without swap accounting there is no memsw file; where there is one,
-	// swap counts too.
-	os.WriteFile(filepath.Join(mem, "memory.memsw.limit_in_bytes"), []byte(strconv.FormatInt(lim.MemoryBytes, 10)), 0)
-	if err != nil {
-		c.remove()
-		return &cgroup{}
-	}
-	return c
-}
-
-func (c *cgroup) ok() bool { return c.mem != "" }
-
-func (c *cgroup) procs() []string {
-	if !c.ok() {
-		return nil
-	}
-	return []string{filepath.Join(c.mem, "cgroup.procs"), filepath.Join(c.pids, "cgroup.procs")}
-}
-
-// kill SIGKILLs every process left in the groups.
-func (c *cgroup) kill() {
-	if !c.ok() {
-		return
-	}
-	for range 500 {
-		b, _ := os.ReadFile(filepath.Join(c.pids, "cgroup.procs"))
-		fields := strings.Fields(string(b))
-		if len(fields) == 0 {
-			return
-		}
-		for _, f := range fields {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
-// hit reports whether the memory or pids limit refused something.
-func (c *cgroup) hit() (mem, pids bool) {
-	if !c.ok() {
-		return false, false
-	}
-	// oom_kill counts the processes the limit killed (failcnt also counts
-	// page cache reclaimed at the limit, which is no failure).
-	if b, err := os.ReadFile(filepath.Join(c.mem, "memory.oom_control")); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
-				mem = true
-			}
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(c.pids, "pids.events")); err == nil {
-		f := strings.Fields(string(b))
-		pids = len(f) == 2 && f[0] == "max" && f[1] != "0"
-	}
-	return mem, pids
-}
-
-func (c *cgroup) remove() {
-	if !c.ok() {
-		return
-	}
-	c.kill()
-	for range 500 {
-		e1, e2 := os.Remove(c.mem), os.Remove(c.pids)
-		if (e1 == nil || errors.Is(e1, os.ErrNotExist)) && (e2 == nil || errors.Is(e2, os.ErrNotExist)) {
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }

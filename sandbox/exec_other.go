@@ -12,3 +12,6 @@ import (
 func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, stderr io.Writer) (Result, error) {
 	return Result{Argv: argv}, errors.New("sandbox: bubblewrap sandboxes need Linux")
 }
+
+// CgroupBackend says there are no sandboxes here.
+func CgroupBackend() string { return "none: sandboxes need Linux" }

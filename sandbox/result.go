@@ -32,7 +32,7 @@ type Result struct {
 	// DiskFull: the workspace had no space left when the command ended.
 	DiskFull bool `json:"disk_full,omitempty"`
 	// Cgroups is false when memory and processes were bounded by rlimits
-	// only (no writable cgroup v1 hierarchy).
+	// only (no writable cgroup v1 or v2 hierarchy).
 	Cgroups bool `json:"cgroups"`
 	// Blocked lists what the command's output shows the sandbox refused
 	// (BlockedNetwork, BlockedGit, BlockedReadOnly), as far as the

@@ -5,9 +5,11 @@
 // socket (Spec.Socket) the caller serves; every capability dropped.
 //
 // Limits: wall time (the command's whole process tree is killed; exit 124),
-// CPU seconds (RLIMIT_CPU), memory and processes (a cgroup v1 memory and
-// pids group per command when /sys/fs/cgroup allows, else RLIMIT_AS and
-// RLIMIT_NPROC), disk (the workspace is a tmpfs of that size when the
+// CPU seconds (RLIMIT_CPU), memory and processes (a cgroup per command
+// when /sys/fs/cgroup allows: v1's memory and pids groups, or on a
+// cgroup2-only host a v2 group with memory.max and pids.max, killed
+// through cgroup.kill; else RLIMIT_AS and RLIMIT_NPROC; CgroupBackend says
+// which), disk (the workspace is a tmpfs of that size when the
 // caller can mount one, see MountWorkspace; /tmp always is) and output
 // (each stream is cut at Limits.OutputBytes with a marker, the rest is
 // drained and counted).
@@ -101,8 +103,9 @@ type Spec struct {
 	// Journal, if set, is a host file each command appends one JSON line
 	// (a Result) to, for the caller's diagnostics.
 	Journal string `json:"journal,omitempty"`
-	// Cgroups is the directory name under /sys/fs/cgroup/{memory,pids}
-	// that per-command groups are made in (default "agl").
+	// Cgroups is the parent group's name, under /sys/fs/cgroup/{memory,pids}
+	// (v1) or /sys/fs/cgroup (v2), that per-command groups are made in
+	// (default "agl").
 	Cgroups string `json:"cgroups,omitempty"`
 	// Bwrap is the bubblewrap executable (default: bwrap in PATH).
 	Bwrap string `json:"bwrap,omitempty"`

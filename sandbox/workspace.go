@@ -3,6 +3,7 @@ package sandbox
 import (
 	"archive/tar"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // CheckHidden validates hidden paths (relative to the repository root, no
@@ -60,7 +63,7 @@ func Prepare(src, ws, pristine string, hidden []string) error {
 		return filepath.Join(ws, filepath.FromSlash(rel))
 	}
 	if fi.IsDir() {
-		return copyTree(src, put)
+		return copyTree(context.Background(), src, put, CopyBounds{})
 	}
 	return extractTar(src, put)
 }
@@ -68,59 +71,189 @@ func Prepare(src, ws, pristine string, hidden []string) error {
 // CopyTree copies the tree at src into dst (an existing directory),
 // leaving out the paths skip reports (slash-separated, relative). Files,
 // directories and symlinks (as links, never followed) are copied; other
-// kinds are left out.
+// kinds (FIFOs, sockets, devices) are left out.
 func CopyTree(src, dst string, skip func(rel string) bool) error {
-	return copyTree(src, func(rel string) string {
+	return copyTree(context.Background(), src, skipper(dst, skip), CopyBounds{})
+}
+
+// CopyBounds bound a copy of a tree an agent wrote (CopyWorkspace); a zero
+// field is no bound.
+type CopyBounds struct {
+	// MaxBytes bounds the regular files' sizes together (their apparent
+	// sizes: a sparse file counts whole).
+	MaxBytes int64
+	// MaxFiles bounds the entries of every kind.
+	MaxFiles int
+	// Timeout bounds the whole copy.
+	Timeout time.Duration
+}
+
+// Copy limits (CopyLimitError.Limit).
+const (
+	CopyLimitBytes = "size"
+	CopyLimitFiles = "files"
+	CopyLimitTime  = "time"
+)
+
+// CopyLimitError is a copy refused at one of its CopyBounds.
+type CopyLimitError struct {
+	// Limit is CopyLimitBytes, CopyLimitFiles or CopyLimitTime.
+	Limit string
+	// Path is where the copy was when it stopped (slash-separated,
+	// relative to the tree).
+	Path string
+	// Bound is the bound passed, in its unit (bytes, entries, seconds).
+	Bound float64
+}
+
+func (e *CopyLimitError) Error() string {
+	switch e.Limit {
+	case CopyLimitBytes:
+		return fmt.Sprintf("the files hold more than %.0f bytes (at %s)", e.Bound, e.Path)
+	case CopyLimitFiles:
+		return fmt.Sprintf("more than %.0f files and directories (at %s)", e.Bound, e.Path)
+	}
+	return fmt.Sprintf("copying took longer than %gs (at %s)", e.Bound, e.Path)
+}
+
+// CopyWorkspace is CopyTree within bounds, for a tree an agent wrote: past
+// a bound it stops with a *CopyLimitError (dst then holds part of the tree).
+// A file is opened without following links and without blocking, and
+// copied only if it is still a regular file, so that a FIFO or a link put
+// in a file's place can neither hang the copy nor lead it outside src.
+func CopyWorkspace(ctx context.Context, src, dst string, skip func(rel string) bool, b CopyBounds) error {
+	if b.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.Timeout)
+		defer cancel()
+	}
+	return copyTree(ctx, src, skipper(dst, skip), b)
+}
+
+func skipper(dst string, skip func(rel string) bool) func(rel string) string {
+	return func(rel string) string {
 		if skip != nil && skip(rel) {
 			return ""
 		}
 		return filepath.Join(dst, filepath.FromSlash(rel))
-	})
+	}
 }
 
-func copyTree(src string, put func(rel string) string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+// copyTree copies the tree at src to the paths put gives (the entries put
+// gives "" for are left out, a directory with all it holds), within b.
+func copyTree(ctx context.Context, src string, put func(rel string) string, b CopyBounds) error {
+	w := &treeCopy{ctx: ctx, put: put, b: b}
+	if err := w.dir(src, ""); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && b.Timeout > 0 {
+			return &CopyLimitError{Limit: CopyLimitTime, Path: w.at, Bound: b.Timeout.Seconds()}
+		}
+		return err
+	}
+	return nil
+}
+
+type treeCopy struct {
+	ctx   context.Context
+	put   func(rel string) string
+	b     CopyBounds
+	files int
+	bytes int64
+	at    string // the entry being copied
+}
+
+// dir copies the entries of the directory p (rel to the tree), reading
+// them a batch at a time (a directory may hold millions).
+func (w *treeCopy) dir(p, rel string) error {
+	flags := os.O_RDONLY | syscall.O_DIRECTORY
+	if rel != "" {
+		flags |= oNoFollow // the tree's root may be a link; nothing below it is followed
+	}
+	f, err := os.OpenFile(p, flags, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		des, err := f.ReadDir(512)
+		for _, d := range des {
+			if err := w.entry(filepath.Join(p, d.Name()), path.Join(rel, d.Name()), d); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil || rel == "." {
+	}
+}
+
+func (w *treeCopy) entry(p, rel string, d fs.DirEntry) error {
+	w.at = rel
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	if w.files++; w.b.MaxFiles > 0 && w.files > w.b.MaxFiles {
+		return &CopyLimitError{Limit: CopyLimitFiles, Path: rel, Bound: float64(w.b.MaxFiles)}
+	}
+	to := w.put(rel)
+	if to == "" {
+		return nil
+	}
+	switch {
+	case d.IsDir():
+		if err := mkdirNoFollow(to); err != nil {
 			return err
 		}
-		rel = filepath.ToSlash(rel)
-		to := put(rel)
-		if to == "" {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
+		return w.dir(p, rel)
+	case d.Type()&fs.ModeSymlink != 0:
+		t, err := os.Readlink(p)
+		if err != nil {
+			return err
 		}
-		switch {
-		case d.IsDir():
-			return mkdirNoFollow(to)
-		case d.Type()&fs.ModeSymlink != 0:
-			t, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := mkdirNoFollow(filepath.Dir(to)); err != nil {
-				return err
-			}
-			return os.Symlink(t, to)
-		case d.Type().IsRegular():
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			return writeFile(to, f, fi.Mode().Perm())
+		if err := mkdirNoFollow(filepath.Dir(to)); err != nil {
+			return err
 		}
-		return nil
-	})
+		return os.Symlink(t, to)
+	case d.Type().IsRegular():
+		return w.file(p, rel, to)
+	}
+	return nil
+}
+
+func (w *treeCopy) file(p, rel, to string) error {
+	f, err := os.OpenFile(p, os.O_RDONLY|oNoFollow|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil // replaced since it was listed
+	}
+	if w.bytes += fi.Size(); w.b.MaxBytes > 0 && w.bytes > w.b.MaxBytes {
+		return &CopyLimitError{Limit: CopyLimitBytes, Path: rel, Bound: float64(w.b.MaxBytes)}
+	}
+	// At most the size seen: a file that grows meanwhile cannot take the
+	// copy past its bound.
+	return writeFile(to, &ctxReader{ctx: w.ctx, r: io.LimitReader(f, fi.Size())}, fi.Mode().Perm())
+}
+
+// ctxReader reads r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 func extractTar(src string, put func(rel string) string) error {
@@ -191,7 +324,7 @@ func RestoreHidden(pristine, dir string, hidden []string) (found []string, err e
 	if _, err := os.Stat(pristine); errors.Is(err, os.ErrNotExist) {
 		return found, nil
 	}
-	return found, copyTree(pristine, func(rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)) })
+	return found, copyTree(context.Background(), pristine, func(rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)) }, CopyBounds{})
 }
 
 // removeNoFollow removes dir/rel, first replacing any symlink among its

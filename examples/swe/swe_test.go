@@ -38,10 +38,14 @@ import (
 )
 
 // TestMain lets the test binary stand in for agl behind AGL_SANDBOX_EXEC
-// (`agl sandbox exec`), as the controller tests do.
+// (`agl sandbox exec`) and inside a sandbox (`agl sandbox forward`), as
+// the controller tests do.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "sandbox" && os.Args[2] == "exec" {
 		os.Exit(sandbox.ExecMain(context.Background(), os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 2 && os.Args[1] == "sandbox" && os.Args[2] == "forward" {
+		os.Exit(sandbox.ForwardMain(context.Background(), os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	code := m.Run()
 	if genRoot != "" {
@@ -233,13 +237,23 @@ func moduleTests(t *testing.T, mod string) []string {
 	return ids
 }
 
-// scriptEngine answers each Generate with the next scripted reply and
+// scriptEngine answers each Generate with the next scripted reply (a
+// message, tool calls included, rendered by the engine's template) and
 // keeps the prompts it was given (decoded).
 type scriptEngine struct {
 	tmpl *chat.ChatML
 	mu   sync.Mutex
-	next []string
+	next []chat.Message
 	seen []string
+}
+
+// texts are assistant messages with these contents.
+func texts(ss []string) []chat.Message {
+	ms := make([]chat.Message, len(ss))
+	for i, s := range ss {
+		ms[i] = chat.Message{Role: chat.RoleAssistant, Content: s}
+	}
+	return ms
 }
 
 func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
@@ -249,7 +263,7 @@ func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sa
 	if len(e.next) == 0 {
 		return engine.Result{}, errors.New("script engine: no reply scripted")
 	}
-	m := chat.Message{Role: chat.RoleAssistant, Content: e.next[0]}
+	m := e.next[0]
 	e.next = e.next[1:]
 	ids, mask, err := e.tmpl.RenderMasked(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}, m}})
 	if err != nil {
@@ -379,7 +393,7 @@ func TestHarnessInSandbox(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng.mu.Lock()
-			eng.next, eng.seen = slices.Clone(tc.replies), nil
+			eng.next, eng.seen = texts(tc.replies), nil
 			eng.mu.Unlock()
 			rs, err := st.CreateRollouts(ctx, []store.NewRollout{{Task: json.RawMessage(line), Mode: store.ModeVal,
 				Config: store.RolloutConfig{TimeoutSeconds: 120}}})
