@@ -156,6 +156,7 @@ func newCgroup(cgs cgroups, parent string, lim Limits) *cgroup {
 	if parent == "" {
 		parent = "agl"
 	}
+	cgs.removeStale(parent, staleAge, time.Now())
 	var b [8]byte
 	rand.Read(b[:])
 	name := hex.EncodeToString(b[:])
@@ -166,6 +167,54 @@ func newCgroup(cgs cgroups, parent string, lim Limits) *cgroup {
 		return newCgroupV2(cgs, parent, name, lim)
 	}
 	return &cgroup{}
+}
+
+// staleAge is how long an empty group stays before another command's
+// set-up removes it: far longer than the moment between a group's mkdir
+// and its first process joining it.
+const staleAge = time.Minute
+
+// removeStale removes the empty groups under parent made more than age
+// before now: those of a command whose `agl sandbox exec` was SIGKILLed
+// (a controller's sweep of a left-behind sandbox) before its own remove
+// ran. Only groups named as newCgroup names them are touched, and a group
+// with a process in it never goes (the kernel refuses its rmdir).
+func (c cgroups) removeStale(parent string, age time.Duration, now time.Time) {
+	var dirs []string
+	switch c.version {
+	case 1:
+		dirs = []string{filepath.Join(c.root, "memory", parent), filepath.Join(c.root, "pids", parent)}
+	case 2:
+		dirs = []string{filepath.Join(c.root, parent)}
+	}
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if !e.IsDir() || !isGroupName(e.Name()) {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) > age {
+				c.dirs.rmdir(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+}
+
+// isGroupName reports whether name is one newCgroup makes: 16 lower-case
+// hex digits.
+func isGroupName(name string) bool {
+	if len(name) != 16 {
+		return false
+	}
+	for _, r := range name {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func newCgroupV1(cgs cgroups, parent, name string, lim Limits) *cgroup {

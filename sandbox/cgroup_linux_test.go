@@ -4,9 +4,12 @@ package sandbox
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeKernel makes and removes group directories in a temp dir laid out
@@ -218,4 +221,74 @@ func mustFakeFiles(t *testing.T) []os.DirEntry {
 	}
 	des, _ := os.ReadDir(d)
 	return des
+}
+
+// TestRemoveStaleGroups (the host's real cgroup v1 hierarchies, as root):
+// a new command's set-up removes the empty groups a SIGKILLed `agl
+// sandbox exec` left behind, and nothing else: not a fresh group, not a
+// group with a process in it, not a group agl did not name.
+func TestRemoveStaleGroups(t *testing.T) {
+	cgs := detectCgroups(cgroupRoot)
+	if cgs.version != 1 || os.Geteuid() != 0 {
+		t.Skip("needs root on a cgroup v1 host")
+	}
+	parent := "agl-test-" + strconv.Itoa(os.Getpid())
+	old := time.Now().Add(-2 * staleAge)
+	mk := func(name string, mtime time.Time) {
+		for _, h := range []string{"memory", "pids"} {
+			d := filepath.Join(cgroupRoot, h, parent, name)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(d, mtime, mtime); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const (
+		stale = "00000000000000aa"
+		fresh = "00000000000000bb"
+		busy  = "00000000000000cc"
+		other = "not-agls-group"
+	)
+	mk(stale, old)
+	mk(fresh, time.Now())
+	mk(busy, old)
+	mk(other, old)
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := []byte(strconv.Itoa(sleep.Process.Pid))
+	if err := os.WriteFile(filepath.Join(cgroupRoot, "pids", parent, busy, "cgroup.procs"), pid, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cgroupRoot, "memory", parent, busy, "cgroup.procs"), pid, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sleep.Process.Kill()
+		sleep.Wait()
+		for _, h := range []string{"memory", "pids"} {
+			entries, _ := os.ReadDir(filepath.Join(cgroupRoot, h, parent))
+			for _, e := range entries {
+				os.Remove(filepath.Join(cgroupRoot, h, parent, e.Name()))
+			}
+			os.Remove(filepath.Join(cgroupRoot, h, parent))
+		}
+	})
+
+	cg := newCgroup(cgs, parent, Limits{}.WithDefaults())
+	if !cg.ok() {
+		t.Fatal("no group made")
+	}
+	cg.remove()
+	for _, h := range []string{"memory", "pids"} {
+		for name, want := range map[string]bool{stale: false, fresh: true, busy: true, other: true} {
+			_, err := os.Stat(filepath.Join(cgroupRoot, h, parent, name))
+			if got := err == nil; got != want {
+				t.Errorf("%s/%s: there %v, want %v", h, name, got, want)
+			}
+		}
+	}
 }
