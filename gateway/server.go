@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -57,6 +58,14 @@ type Options struct {
 	// the upstream routing table (proxy.ModelSync.Changed), so that calls
 	// after the answer are routed by it.
 	ModelsChanged func(ctx context.Context)
+	// Shared, if set, is the store's cross-replica side (the PostgreSQL
+	// store; before any wrapping of Store): long-polls wake on changes any
+	// replica commits, and pause / resume reach every replica.
+	Shared store.Shared
+	// WaitPoll is how often a long-poll re-reads the store when nothing
+	// woke it (default 250ms, or 2s with Shared: a safety net for a missed
+	// notification), and how often the shared pause state is re-read.
+	WaitPoll time.Duration
 }
 
 // Server is the gateway.
@@ -81,6 +90,12 @@ func New(opt Options) *Server {
 		opt.Logger = slog.Default()
 	}
 	opt.Limits = opt.Limits.withDefaults()
+	if opt.WaitPoll <= 0 {
+		opt.WaitPoll = 250 * time.Millisecond
+		if opt.Shared != nil {
+			opt.WaitPoll = 2 * time.Second
+		}
+	}
 	s := &Server{opt: opt, log: opt.Logger, mux: http.NewServeMux()}
 	if opt.AdminKey != "" {
 		s.adminSum = sha256.Sum256([]byte(opt.AdminKey))
@@ -182,6 +197,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drainTimeout time.D
 		wg.Add(1)
 		go func() { defer wg.Done(); s.reapLoop(rctx) }()
 	}
+	if s.opt.Shared != nil && s.opt.LLM != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.watchPause(rctx) }()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	if ready != nil {
@@ -229,6 +248,41 @@ func (s *Server) reapLoop(ctx context.Context) {
 			s.changes.broadcast()
 		}
 	}
+}
+
+// changed returns a channel closed at the next change: one this process
+// made, or (with Options.Shared) one any replica committed.
+func (s *Server) changed() (local, shared <-chan struct{}) {
+	local = s.changes.wait()
+	if s.opt.Shared != nil {
+		shared = s.opt.Shared.Changed()
+	}
+	return local, shared
+}
+
+// PauseSetting is the store.Shared setting holding the LLM routes' pause
+// state ({"paused":bool}) that every replica applies.
+const PauseSetting = "gateway.pause"
+
+type pauseValue struct {
+	Paused bool `json:"paused"`
+}
+
+// watchPause applies the shared pause state to this replica's LLM routes.
+func (s *Server) watchPause(ctx context.Context) {
+	store.WatchSetting(ctx, s.opt.Shared, PauseSetting, min(s.opt.WaitPoll, time.Second), func(v json.RawMessage) {
+		var p pauseValue
+		if err := json.Unmarshal(v, &p); err != nil {
+			s.log.Warn("shared pause state unreadable", "setting", PauseSetting, "err", err)
+			return
+		}
+		if p.Paused {
+			s.opt.LLM.Pause()
+		} else {
+			s.opt.LLM.Resume()
+		}
+		s.log.Info("pause state applied", "paused", p.Paused)
+	})
 }
 
 // notifier wakes every waiter when something changed.
