@@ -68,7 +68,10 @@ func TestChangedAcrossStores(t *testing.T) {
 		write func() error
 		wakes bool
 	}{
-		{"create", func() error { _, err := a.CreateRollouts(bg, []store.NewRollout{{ID: "r1", Task: task(1)}}); return err }, true},
+		{"create", func() error {
+			_, err := a.CreateRollouts(bg, []store.NewRollout{{ID: "r1", Task: task(1)}})
+			return err
+		}, true},
 		{"claim+events", func() error {
 			var err error
 			if cl, err = a.Claim(bg, store.ClaimRequest{WorkerID: "w"}); err != nil {
@@ -81,7 +84,10 @@ func TestChangedAcrossStores(t *testing.T) {
 			_, err := a.CompleteAttempt(bg, cl.Rollout.ID, cl.Attempt.ID, store.AttemptSucceeded, "")
 			return err
 		}, true},
-		{"create again", func() error { _, err := a.CreateRollouts(bg, []store.NewRollout{{ID: "r2", Task: task(2)}}); return err }, true},
+		{"create again", func() error {
+			_, err := a.CreateRollouts(bg, []store.NewRollout{{ID: "r2", Task: task(2)}})
+			return err
+		}, true},
 		{"cancel", func() error { _, err := a.CancelRollout(bg, "r2", "test"); return err }, true},
 		{"model", func() error { _, err := a.RegisterModel(bg, store.Model{Name: "m"}); return err }, true},
 		{"setting", func() error { return a.PutSetting(bg, "pause", json.RawMessage(`{"paused":true}`)) }, true},
