@@ -120,14 +120,21 @@ func (s *Server) gatewayStatus(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Status is what GET /api/gateway answers: version, whether the LLM routes
-// are paused, calls in flight, rollouts by status.
+// are paused, calls in flight, rollouts by status; with Options.Shared this
+// replica's id and the live replicas' reports.
 func (s *Server) Status(ctx context.Context) (api.GatewayStatus, error) {
 	st := api.GatewayStatus{Version: s.opt.Version, LLM: s.opt.LLM != nil}
 	if s.opt.LLM != nil {
 		st.Paused, st.InFlight = s.opt.LLM.Status()
 	}
 	var err error
-	st.Counts, err = s.opt.Store.CountRollouts(ctx)
+	if st.Counts, err = s.opt.Store.CountRollouts(ctx); err != nil {
+		return st, err
+	}
+	if s.opt.Shared != nil && s.opt.LLM != nil {
+		st.Replica = s.replica
+		st.Replicas, err = s.opt.Shared.Replicas(ctx, replicaStale)
+	}
 	return st, err
 }
 
@@ -183,6 +190,12 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	if err := l.Drain(ctx); err != nil {
 		return api.Errorf(http.StatusServiceUnavailable, "drain_timeout", "calls still in flight: %v", err)
+	}
+	if s.opt.Shared != nil {
+		// Then the other replicas' (pause them first, through any one).
+		if err := s.drainReplicas(ctx); err != nil {
+			return api.Errorf(http.StatusServiceUnavailable, "drain_timeout", "calls still in flight on another replica: %v", err)
+		}
 	}
 	return s.gatewayStatus(w, r)
 }

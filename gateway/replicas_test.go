@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,11 +19,15 @@ import (
 	"github.com/aglrl/agl/store/postgres/pgtest"
 )
 
-// pausable is a gateway.LLM that only keeps its pause state.
+// pausable is a gateway.LLM that only keeps its pause state and a count
+// of calls in flight the test sets.
 type pausable struct {
-	mu     sync.Mutex
-	paused bool
+	mu       sync.Mutex
+	paused   bool
+	inflight int
 }
+
+func (p *pausable) setInFlight(n int) { p.mu.Lock(); p.inflight = n; p.mu.Unlock() }
 
 func (p *pausable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if paused, _ := p.Status(); paused {
@@ -31,10 +36,25 @@ func (p *pausable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 }
-func (p *pausable) Pause()                          { p.mu.Lock(); p.paused = true; p.mu.Unlock() }
-func (p *pausable) Resume()                         { p.mu.Lock(); p.paused = false; p.mu.Unlock() }
-func (p *pausable) Drain(ctx context.Context) error { return nil }
-func (p *pausable) Status() (bool, int)             { p.mu.Lock(); defer p.mu.Unlock(); return p.paused, 0 }
+func (p *pausable) Pause()  { p.mu.Lock(); p.paused = true; p.mu.Unlock() }
+func (p *pausable) Resume() { p.mu.Lock(); p.paused = false; p.mu.Unlock() }
+func (p *pausable) Status() (bool, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused, p.inflight
+}
+func (p *pausable) Drain(ctx context.Context) error {
+	for {
+		if _, n := p.Status(); n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
 
 // replicas serves n gateways on one fresh PostgreSQL schema (startReplica)
 // and returns their URLs and the schema's URL.
@@ -46,7 +66,8 @@ func replicas(tb testing.TB, n int, shared bool, waitPoll time.Duration) ([]stri
 	u := pgtest.URL(tb)
 	var urls []string
 	for range n {
-		urls = append(urls, startReplica(tb, u, shared, waitPoll))
+		url, _ := startReplica(tb, u, shared, waitPoll)
+		urls = append(urls, url)
 	}
 	return urls, u
 }
@@ -54,13 +75,14 @@ func replicas(tb testing.TB, n int, shared bool, waitPoll time.Duration) ([]stri
 // startReplica serves a gateway on its own store on u, as a separate
 // process has: shared says whether it gets the store's cross-replica side
 // (Options.Shared), waitPoll is its poll fallback.
-func startReplica(tb testing.TB, u string, shared bool, waitPoll time.Duration) string {
+func startReplica(tb testing.TB, u string, shared bool, waitPoll time.Duration) (string, *pausable) {
 	tb.Helper()
 	st, err := postgres.Open(context.Background(), u)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	opt := gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1, LLM: &pausable{}, WaitPoll: waitPoll}
+	llm := &pausable{}
+	opt := gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1, LLM: llm, WaitPoll: waitPoll}
 	if shared {
 		opt.Shared = st
 	}
@@ -72,7 +94,7 @@ func startReplica(tb testing.TB, u string, shared bool, waitPoll time.Duration) 
 	done := make(chan error, 1)
 	go func() { done <- gateway.New(opt).Serve(c, ln, 5*time.Second, nil) }()
 	tb.Cleanup(func() { cancel(); <-done; st.Close() })
-	return "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String(), llm
 }
 
 // wakeOnce ends a rollout through replica a while a long-poll (wait 30s)
@@ -157,8 +179,53 @@ func TestPauseAcrossReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(0, true)
-	cs = append(cs, api.NewClient(startReplica(t, u, true, time.Hour), admin))
+	third, _ := startReplica(t, u, true, time.Hour)
+	cs = append(cs, api.NewClient(third, admin))
 	eventually(2, true)
+}
+
+// TestDrainAcrossReplicas: a drain through one replica waits for the
+// calls in flight on the others (their reports in the store), and GET
+// /api/gateway lists the live replicas.
+func TestDrainAcrossReplicas(t *testing.T) {
+	if os.Getenv(pgtest.EnvURL) == "" {
+		t.Skip(pgtest.EnvURL + " is unset; run under scripts/with-postgres.sh")
+	}
+	u := pgtest.URL(t)
+	urlA, llmA := startReplica(t, u, true, time.Hour)
+	urlB, llmB := startReplica(t, u, true, time.Hour)
+	a := api.NewClient(urlA, admin)
+	c := ctx(t)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := a.Gateway(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Replicas) == 2 && st.Replica != "" && slices.ContainsFunc(st.Replicas, func(r store.Replica) bool { return r.ID == st.Replica }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas listed: %+v (this one %q), want both", st.Replicas, st.Replica)
+		}
+	}
+	if _, err := a.SetPaused(c, true); err != nil {
+		t.Fatal(err)
+	}
+	llmB.setInFlight(2)
+	_, err := a.Drain(c, 500*time.Millisecond)
+	if statusOf(err) != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "another replica") || !strings.Contains(err.Error(), "2 calls in flight") {
+		t.Fatalf("drain with calls in flight on B: %v", err)
+	}
+	llmA.setInFlight(0)
+	go func() { time.Sleep(300 * time.Millisecond); llmB.setInFlight(0) }()
+	start := time.Now()
+	if _, err := api.NewClient(urlA, admin).Drain(c, 10*time.Second); err != nil {
+		t.Fatalf("drain once B is idle: %v", err)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Fatal("the drain returned before B's calls ended")
+	}
+	_ = urlB
 }
 
 // BenchmarkCrossReplicaWake measures the time from a rollout ending

@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +78,11 @@ type Server struct {
 	adminSum [32]byte
 	closing  atomic.Bool
 	changes  notifier
+	// replica names this process in the store's replica reports
+	// (Options.Shared).
+	replica string
+	// reportNow makes report report at once (the pause state changed).
+	reportNow chan struct{}
 }
 
 // New builds a Server. Mount more handlers with Handle before serving.
@@ -96,7 +103,7 @@ func New(opt Options) *Server {
 			opt.WaitPoll = 2 * time.Second
 		}
 	}
-	s := &Server{opt: opt, log: opt.Logger, mux: http.NewServeMux()}
+	s := &Server{opt: opt, log: opt.Logger, mux: http.NewServeMux(), replica: replicaID(), reportNow: make(chan struct{}, 1)}
 	if opt.AdminKey != "" {
 		s.adminSum = sha256.Sum256([]byte(opt.AdminKey))
 	}
@@ -200,6 +207,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drainTimeout time.D
 	if s.opt.Shared != nil && s.opt.LLM != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.watchPause(rctx) }()
+		wg.Add(1)
+		go func() { defer wg.Done(); s.report(rctx) }()
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -282,7 +291,102 @@ func (s *Server) watchPause(ctx context.Context) {
 			s.opt.LLM.Resume()
 		}
 		s.log.Info("pause state applied", "paused", p.Paused)
+		select {
+		case s.reportNow <- struct{}{}:
+		default:
+		}
 	})
+}
+
+// replicaID returns "host-xxxxxx": the host name and 6 random hex digits.
+func replicaID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "gateway"
+	}
+	var b [3]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%x", host, b)
+}
+
+// Replica report intervals: how often a replica reports its state, and
+// how often while paused (a drain through another replica waits for the
+// reports).
+const (
+	reportEvery       = time.Second
+	reportEveryPaused = 100 * time.Millisecond
+	// replicaStale: a replica that did not report for this long is gone
+	// (crashed); drains stop waiting for it.
+	replicaStale = 5 * time.Second
+)
+
+// report keeps this replica's report in the store current until ctx
+// ends, then removes it.
+func (s *Server) report(ctx context.Context) {
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		s.opt.Shared.DeleteReplica(dctx, s.replica)
+	}()
+	for {
+		paused, inflight := s.opt.LLM.Status()
+		if err := s.opt.Shared.PutReplica(ctx, store.Replica{ID: s.replica, Paused: paused, InFlight: inflight}); err != nil && ctx.Err() == nil {
+			s.log.Warn("replica report failed", "err", err)
+		}
+		every := reportEvery
+		if paused {
+			every = reportEveryPaused
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-s.reportNow:
+			t.Stop()
+		}
+	}
+}
+
+// drainReplicas waits until every other live replica reported, after
+// the call, that no call is in flight: its second report since (the
+// first may have been read before the call and written after).
+func (s *Server) drainReplicas(ctx context.Context) error {
+	first, err := s.opt.Shared.Replicas(ctx, replicaStale)
+	if err != nil {
+		return err
+	}
+	before := map[string]int64{}
+	for _, r := range first {
+		before[r.ID] = r.Reports
+	}
+	for {
+		rs, err := s.opt.Shared.Replicas(ctx, replicaStale)
+		if err != nil {
+			return err
+		}
+		var busy *store.Replica
+		for i, r := range rs {
+			if r.ID != s.replica && (r.Reports < before[r.ID]+2 || r.InFlight > 0) {
+				busy = &rs[i]
+				break
+			}
+		}
+		if busy == nil {
+			return nil
+		}
+		t := time.NewTimer(reportEveryPaused)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if busy.Reports < before[busy.ID]+2 {
+				return fmt.Errorf("replica %s has not reported since the drain began (before: %d calls in flight, paused: %v): %w", busy.ID, busy.InFlight, busy.Paused, ctx.Err())
+			}
+			return fmt.Errorf("replica %s: %d calls in flight (paused: %v): %w", busy.ID, busy.InFlight, busy.Paused, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // notifier wakes every waiter when something changed.

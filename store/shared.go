@@ -23,6 +23,26 @@ type Shared interface {
 	// Setting returns a setting and its version, which every PutSetting
 	// of that name increments; (nil, 0) when it was never put.
 	Setting(ctx context.Context, name string) (json.RawMessage, int64, error)
+
+	// PutReplica records a gateway replica's state as of now (the
+	// store's clock), incrementing its Reports; it wakes nobody.
+	PutReplica(ctx context.Context, r Replica) error
+	// Replicas lists the replicas that reported within the last within
+	// (by the store's clock), by id.
+	Replicas(ctx context.Context, within time.Duration) ([]Replica, error)
+	// DeleteReplica forgets a replica (one shutting down).
+	DeleteReplica(ctx context.Context, id string) error
+}
+
+// Replica is one gateway replica's report of itself: what drain waits on
+// across replicas and GET /api/gateway lists.
+type Replica struct {
+	ID       string `json:"id"`
+	Paused   bool   `json:"paused"`
+	InFlight int    `json:"in_flight"`
+	// Reports counts the replica's reports; SeenAt is the latest.
+	Reports int64     `json:"reports"`
+	SeenAt  time.Time `json:"seen_at"`
 }
 
 // WatchSetting calls apply with the value of setting name now (if it was

@@ -170,3 +170,49 @@ func (s *Store) Setting(ctx context.Context, name string) (json.RawMessage, int6
 	}
 	return json.RawMessage(v), ver, nil
 }
+
+// PutReplica implements store.Shared.
+func (s *Store) PutReplica(ctx context.Context, r store.Replica) error {
+	if r.ID == "" || len(r.ID) > store.MaxIDLen {
+		return store.Errorf(store.ErrInvalid, "replica id must be 1 to %d bytes", store.MaxIDLen)
+	}
+	return dbErr("put replica", s.retry(func() error {
+		_, err := s.pool.Exec(ctx, `INSERT INTO replicas (id, paused, in_flight, reports, seen_at) VALUES ($1, $2, $3, 1, now())
+			ON CONFLICT (id) DO UPDATE SET paused = excluded.paused, in_flight = excluded.in_flight,
+				reports = replicas.reports + 1, seen_at = excluded.seen_at`, r.ID, r.Paused, int32(r.InFlight))
+		return err
+	}))
+}
+
+// Replicas implements store.Shared.
+func (s *Store) Replicas(ctx context.Context, within time.Duration) ([]store.Replica, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, paused, in_flight, reports, seen_at FROM replicas
+		WHERE seen_at > now() - make_interval(secs => $1) ORDER BY id`, within.Seconds())
+	if err != nil {
+		return nil, dbErr("replicas", err)
+	}
+	out := []store.Replica{}
+	for rows.Next() {
+		var r store.Replica
+		var n int32
+		if err := rows.Scan(&r.ID, &r.Paused, &n, &r.Reports, &r.SeenAt); err != nil {
+			rows.Close()
+			return nil, dbErr("replicas", err)
+		}
+		r.InFlight, r.SeenAt = int(n), r.SeenAt.UTC()
+		out = append(out, r)
+	}
+	rows.Close()
+	return out, dbErr("replicas", rows.Err())
+}
+
+// DeleteReplica implements store.Shared.
+func (s *Store) DeleteReplica(ctx context.Context, id string) error {
+	return dbErr("delete replica", s.retry(func() error {
+		_, err := s.pool.Exec(ctx, "DELETE FROM replicas WHERE id = $1", id)
+		return err
+	}))
+}

@@ -226,13 +226,20 @@ CREATE TABLE IF NOT EXISTS train_steps (
 	// written before stay as they are and read as they did).
 	`SELECT 1`,
 	// 4: settings every gateway replica applies (the pause state of the
-	// LLM routes: store.Shared).
+	// LLM routes) and the replicas' reports of themselves (store.Shared).
 	`
 CREATE TABLE IF NOT EXISTS settings (
 	name       text PRIMARY KEY,
 	value      bytea NOT NULL,
 	version    bigint NOT NULL,
 	updated_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS replicas (
+	id        text PRIMARY KEY,
+	paused    boolean NOT NULL,
+	in_flight integer NOT NULL,
+	reports   bigint NOT NULL,
+	seen_at   timestamptz NOT NULL
 );
 `,
 }

@@ -178,7 +178,7 @@ func do(t *testing.T, ctx context.Context, method, url, key string, body any) (i
 // another, and a long-poll on a third wakes at once although its poll
 // fallback is an hour; a stale attempt is reaped once over all three;
 // pause and resume (agl's and Agent Lightning's) issued on one apply on
-// all.
+// all, and a drain through one waits for all.
 func TestReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -301,6 +301,17 @@ func TestReplicas(t *testing.T) {
 	}
 	for _, r := range gws {
 		eventually("after pause on replica 0", r, llmStatus, http.StatusServiceUnavailable)
+	}
+	// A drain through another replica waits for all three (nothing in
+	// flight here), and each replica lists the three.
+	if st, body := do(t, ctx, "POST", gws[2].url+"/api/gateway/drain?timeout=20s", adminKey, nil); st != 200 {
+		t.Fatalf("drain: %d %s", st, body)
+	}
+	for _, r := range gws {
+		st, err := client(r).Gateway(ctx)
+		if err != nil || len(st.Replicas) != 3 || !st.Paused {
+			t.Fatalf("%s status: %+v %v, want paused and 3 replicas", r.url, st, err)
+		}
 	}
 	if st, body := do(t, ctx, "POST", gws[1].url+"/api/gateway/resume", adminKey, nil); st != 200 {
 		t.Fatalf("resume: %d %s", st, body)
