@@ -268,3 +268,37 @@ func TestReapOncePerPass(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReplicaReports: reports count up per replica, list by recency and
+// are forgotten on delete.
+func TestReplicaReports(t *testing.T) {
+	a, b, _ := twoReplicas(t)
+	for i := range 3 {
+		if err := a.PutReplica(bg, store.Replica{ID: "gw-a", InFlight: i, Paused: i == 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.PutReplica(bg, store.Replica{ID: "gw-b"}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := b.Replicas(bg, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].ID != "gw-a" || rs[0].Reports != 3 || rs[0].InFlight != 2 || !rs[0].Paused || rs[1].ID != "gw-b" || rs[1].Reports != 1 || rs[0].SeenAt.IsZero() {
+		t.Fatalf("replicas %+v", rs)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if rs, err := b.Replicas(bg, 10*time.Millisecond); err != nil || len(rs) != 0 {
+		t.Fatalf("replicas seen within 10ms: %+v %v", rs, err)
+	}
+	if err := a.DeleteReplica(bg, "gw-a"); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := b.Replicas(bg, time.Minute); err != nil || len(rs) != 1 || rs[0].ID != "gw-b" {
+		t.Fatalf("after delete: %+v %v", rs, err)
+	}
+	if err := a.PutReplica(bg, store.Replica{}); !errors.Is(err, store.ErrInvalid) {
+		t.Fatalf("empty id: %v", err)
+	}
+}
