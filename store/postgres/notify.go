@@ -79,6 +79,10 @@ func (s *Store) Changed() <-chan struct{} {
 	return c.ch
 }
 
+// ListenerName is the application_name of the listening connection (as
+// pg_stat_activity shows it).
+const ListenerName = "agl listen"
+
 // Listener backoff bounds: a lost connection is retried after
 // listenMinBackoff, doubling up to listenMaxBackoff.
 const (
@@ -111,7 +115,9 @@ func (s *Store) listen(ctx context.Context, done chan struct{}) {
 // listenOnce connects, LISTENs and wakes waiters on each notification of
 // this store's schema until the connection fails or ctx ends.
 func (s *Store) listenOnce(ctx context.Context) (connected bool, err error) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cc := s.pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["application_name"] = ListenerName
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return false, err
 	}

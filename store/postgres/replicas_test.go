@@ -113,7 +113,7 @@ func TestChangedReconnects(t *testing.T) {
 	ch := listening(t, b)
 	// Kill b's listening connection from a.
 	tag, err := a.Pool().Exec(bg, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE query = 'LISTEN agl_changes' AND pid <> pg_backend_pid() AND datname = current_database()`)
+		WHERE application_name = $1 AND pid <> pg_backend_pid() AND datname = current_database()`, postgres.ListenerName)
 	if err != nil {
 		t.Fatal(err)
 	}
