@@ -62,6 +62,10 @@ type GatewayStatus struct {
 	InFlight int          `json:"in_flight"`
 	LLM      bool         `json:"llm"`
 	Counts   store.Counts `json:"rollouts"`
+	// Replica names the answering gateway and Replicas lists the live
+	// replicas' reports, when several share a PostgreSQL store.
+	Replica  string          `json:"replica,omitempty"`
+	Replicas []store.Replica `json:"replicas,omitempty"`
 }
 
 // TrainStepsResponse answers GET /api/train/steps.

@@ -48,6 +48,10 @@ type Gateway struct {
 	// MaxAbsReward bounds |reward| of appended reward events on every
 	// route (default 1e6, api.DefaultMaxAbsReward).
 	MaxAbsReward float64 `yaml:"max_abs_reward"`
+	// WaitPoll is how often long-polls re-read the store when nothing
+	// woke them (default 250ms; 2s on PostgreSQL, where LISTEN/NOTIFY
+	// wakes them and the poll is only a safety net).
+	WaitPoll time.Duration `yaml:"wait_poll"`
 	// Client limits (0: the gateway's defaults, negative: none).
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"` // default 10s
 	ReadBodyTimeout   time.Duration `yaml:"read_body_timeout"`   // default 60s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/url"
@@ -119,14 +120,21 @@ func (s *Server) gatewayStatus(w http.ResponseWriter, r *http.Request) error {
 }
 
 // Status is what GET /api/gateway answers: version, whether the LLM routes
-// are paused, calls in flight, rollouts by status.
+// are paused, calls in flight, rollouts by status; with Options.Shared this
+// replica's id and the live replicas' reports.
 func (s *Server) Status(ctx context.Context) (api.GatewayStatus, error) {
 	st := api.GatewayStatus{Version: s.opt.Version, LLM: s.opt.LLM != nil}
 	if s.opt.LLM != nil {
 		st.Paused, st.InFlight = s.opt.LLM.Status()
 	}
 	var err error
-	st.Counts, err = s.opt.Store.CountRollouts(ctx)
+	if st.Counts, err = s.opt.Store.CountRollouts(ctx); err != nil {
+		return st, err
+	}
+	if s.opt.Shared != nil && s.opt.LLM != nil {
+		st.Replica = s.replica
+		st.Replicas, err = s.opt.Shared.Replicas(ctx, replicaStale)
+	}
 	return st, err
 }
 
@@ -143,6 +151,9 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	l.Pause()
+	if err := s.sharePause(r.Context(), true); err != nil {
+		return err
+	}
 	return s.gatewayStatus(w, r)
 }
 
@@ -152,7 +163,22 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	l.Resume()
+	if err := s.sharePause(r.Context(), false); err != nil {
+		return err
+	}
 	return s.gatewayStatus(w, r)
+}
+
+// sharePause stores the pause state for the other replicas (Options.Shared).
+func (s *Server) sharePause(ctx context.Context, paused bool) error {
+	if s.opt.Shared == nil {
+		return nil
+	}
+	v, _ := json.Marshal(pauseValue{Paused: paused})
+	if err := s.opt.Shared.PutSetting(ctx, PauseSetting, v); err != nil {
+		return fmt.Errorf("share the pause state with the other replicas: %w", err)
+	}
+	return nil
 }
 
 func (s *Server) drain(w http.ResponseWriter, r *http.Request) error {
@@ -164,6 +190,12 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	if err := l.Drain(ctx); err != nil {
 		return api.Errorf(http.StatusServiceUnavailable, "drain_timeout", "calls still in flight: %v", err)
+	}
+	if s.opt.Shared != nil {
+		// Then the other replicas' (pause them first, through any one).
+		if err := s.drainReplicas(ctx); err != nil {
+			return api.Errorf(http.StatusServiceUnavailable, "drain_timeout", "calls still in flight on another replica: %v", err)
+		}
 	}
 	return s.gatewayStatus(w, r)
 }
@@ -467,7 +499,7 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 	}
 	deadline := time.Now().Add(queryDuration(r, "wait", 0, 60*time.Second))
 	for {
-		changed := s.changes.wait()
+		local, shared := s.changed()
 		rs, err := s.opt.Store.Terminal(r.Context(), after, int(limit))
 		if err != nil {
 			return err
@@ -481,10 +513,12 @@ func (s *Server) terminal(w http.ResponseWriter, r *http.Request) error {
 			api.WriteJSON(w, http.StatusOK, api.RolloutsResponse{Rollouts: rs, NextCursor: next})
 			return nil
 		}
-		// Wake on a local change, or poll for changes by other replicas.
-		t := time.NewTimer(min(left, 250*time.Millisecond))
+		// Wake on a change (this process', or with Options.Shared any
+		// replica's), else poll: a missed notification only delays.
+		t := time.NewTimer(min(left, s.opt.WaitPoll))
 		select {
-		case <-changed:
+		case <-local:
+		case <-shared:
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()

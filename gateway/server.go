@@ -5,13 +5,16 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +60,14 @@ type Options struct {
 	// the upstream routing table (proxy.ModelSync.Changed), so that calls
 	// after the answer are routed by it.
 	ModelsChanged func(ctx context.Context)
+	// Shared, if set, is the store's cross-replica side (the PostgreSQL
+	// store; before any wrapping of Store): long-polls wake on changes any
+	// replica commits, and pause / resume reach every replica.
+	Shared store.Shared
+	// WaitPoll is how often a long-poll re-reads the store when nothing
+	// woke it (default 250ms, or 2s with Shared: a safety net for a missed
+	// notification), and how often the shared pause state is re-read.
+	WaitPoll time.Duration
 }
 
 // Server is the gateway.
@@ -67,6 +78,11 @@ type Server struct {
 	adminSum [32]byte
 	closing  atomic.Bool
 	changes  notifier
+	// replica names this process in the store's replica reports
+	// (Options.Shared).
+	replica string
+	// reportNow makes report report at once (the pause state changed).
+	reportNow chan struct{}
 }
 
 // New builds a Server. Mount more handlers with Handle before serving.
@@ -81,7 +97,13 @@ func New(opt Options) *Server {
 		opt.Logger = slog.Default()
 	}
 	opt.Limits = opt.Limits.withDefaults()
-	s := &Server{opt: opt, log: opt.Logger, mux: http.NewServeMux()}
+	if opt.WaitPoll <= 0 {
+		opt.WaitPoll = 250 * time.Millisecond
+		if opt.Shared != nil {
+			opt.WaitPoll = 2 * time.Second
+		}
+	}
+	s := &Server{opt: opt, log: opt.Logger, mux: http.NewServeMux(), replica: replicaID(), reportNow: make(chan struct{}, 1)}
 	if opt.AdminKey != "" {
 		s.adminSum = sha256.Sum256([]byte(opt.AdminKey))
 	}
@@ -182,6 +204,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drainTimeout time.D
 		wg.Add(1)
 		go func() { defer wg.Done(); s.reapLoop(rctx) }()
 	}
+	if s.opt.Shared != nil && s.opt.LLM != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.watchPause(rctx) }()
+		wg.Add(1)
+		go func() { defer wg.Done(); s.report(rctx) }()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	if ready != nil {
@@ -227,6 +255,136 @@ func (s *Server) reapLoop(ctx context.Context) {
 		if res != (store.ReapResult{}) {
 			s.log.Info("reaper", "unresponsive", res.Unresponsive, "timed_out", res.TimedOut, "requeued", res.Requeued, "failed", res.Failed)
 			s.changes.broadcast()
+		}
+	}
+}
+
+// changed returns a channel closed at the next change: one this process
+// made, or (with Options.Shared) one any replica committed.
+func (s *Server) changed() (local, shared <-chan struct{}) {
+	local = s.changes.wait()
+	if s.opt.Shared != nil {
+		shared = s.opt.Shared.Changed()
+	}
+	return local, shared
+}
+
+// PauseSetting is the store.Shared setting holding the LLM routes' pause
+// state ({"paused":bool}) that every replica applies.
+const PauseSetting = "gateway.pause"
+
+type pauseValue struct {
+	Paused bool `json:"paused"`
+}
+
+// watchPause applies the shared pause state to this replica's LLM routes.
+func (s *Server) watchPause(ctx context.Context) {
+	store.WatchSetting(ctx, s.opt.Shared, PauseSetting, min(s.opt.WaitPoll, time.Second), func(v json.RawMessage) {
+		var p pauseValue
+		if err := json.Unmarshal(v, &p); err != nil {
+			s.log.Warn("shared pause state unreadable", "setting", PauseSetting, "err", err)
+			return
+		}
+		if p.Paused {
+			s.opt.LLM.Pause()
+		} else {
+			s.opt.LLM.Resume()
+		}
+		s.log.Info("pause state applied", "paused", p.Paused)
+		select {
+		case s.reportNow <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// replicaID returns "host-xxxxxx": the host name and 6 random hex digits.
+func replicaID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "gateway"
+	}
+	var b [3]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%x", host, b)
+}
+
+// Replica report intervals: how often a replica reports its state, and
+// how often while paused (a drain through another replica waits for the
+// reports).
+const (
+	reportEvery       = time.Second
+	reportEveryPaused = 100 * time.Millisecond
+	// replicaStale: a replica that did not report for this long is gone
+	// (crashed); drains stop waiting for it.
+	replicaStale = 5 * time.Second
+)
+
+// report keeps this replica's report in the store current until ctx
+// ends, then removes it.
+func (s *Server) report(ctx context.Context) {
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		s.opt.Shared.DeleteReplica(dctx, s.replica)
+	}()
+	for {
+		paused, inflight := s.opt.LLM.Status()
+		if err := s.opt.Shared.PutReplica(ctx, store.Replica{ID: s.replica, Paused: paused, InFlight: inflight}); err != nil && ctx.Err() == nil {
+			s.log.Warn("replica report failed", "err", err)
+		}
+		every := reportEvery
+		if paused {
+			every = reportEveryPaused
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-s.reportNow:
+			t.Stop()
+		}
+	}
+}
+
+// drainReplicas waits until every other live replica reported, after
+// the call, that no call is in flight: its second report since (the
+// first may have been read before the call and written after).
+func (s *Server) drainReplicas(ctx context.Context) error {
+	first, err := s.opt.Shared.Replicas(ctx, replicaStale)
+	if err != nil {
+		return err
+	}
+	before := map[string]int64{}
+	for _, r := range first {
+		before[r.ID] = r.Reports
+	}
+	for {
+		rs, err := s.opt.Shared.Replicas(ctx, replicaStale)
+		if err != nil {
+			return err
+		}
+		var busy *store.Replica
+		for i, r := range rs {
+			if r.ID != s.replica && (r.Reports < before[r.ID]+2 || r.InFlight > 0) {
+				busy = &rs[i]
+				break
+			}
+		}
+		if busy == nil {
+			return nil
+		}
+		t := time.NewTimer(reportEveryPaused)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if busy.Reports < before[busy.ID]+2 {
+				return fmt.Errorf("replica %s has not reported since the drain began (before: %d calls in flight, paused: %v): %w", busy.ID, busy.InFlight, busy.Paused, ctx.Err())
+			}
+			return fmt.Errorf("replica %s: %d calls in flight (paused: %v): %w", busy.ID, busy.InFlight, busy.Paused, ctx.Err())
+		case <-t.C:
 		}
 	}
 }

@@ -40,6 +40,15 @@ func (r *AgentRouter) route(t Target) (Backend, error) {
 	return b, nil
 }
 
+// useStateSource gives s to the backends that take one.
+func (r *AgentRouter) useStateSource(s StateSource) {
+	for _, b := range r.byAgent {
+		if sb, ok := b.(stateSourced); ok {
+			sb.useStateSource(s)
+		}
+	}
+}
+
 // Chat implements Backend.
 func (r *AgentRouter) Chat(ctx context.Context, req *ChatRequest) (*Result, error) {
 	b, err := r.route(req.Target)

@@ -266,8 +266,9 @@ func chatTurn(t *testing.T, url, key string, msgs []map[string]any, extra map[st
 	return resp.Choices[0].Message
 }
 
-// TestTokenState: rewritten history, changed tools, a truncated reply and a
-// lost state (gateway restart) re-render from scratch and say why.
+// TestTokenState: rewritten history, changed tools and a truncated reply
+// re-render from scratch and say why; a restarted gateway continues from
+// the stored calls.
 func TestTokenState(t *testing.T) {
 	e := newEnv(t, proxy.Config{}, nil)
 	cl := e.claim(t, store.ModeTrain)
@@ -310,18 +311,33 @@ func TestTokenState(t *testing.T) {
 		t.Errorf("truncated call: %s, %d ids", calls[4].FinishReason, len(calls[4].ResponseIDs))
 	}
 
-	// A restarted gateway has no token state: it renders from scratch,
-	// says so, and the prompt is still the template's rendering.
+	// A restarted gateway (or another replica) holds no token state: it
+	// continues from the store's record of call 1, exactly as the first
+	// process would have.
 	tmpl := e.tmpl
-	p2 := proxy.New(proxy.Config{}, e.st, proxy.NewTokenBackend(e.eng, tmpl, tmpl.Tokenizer(), 0))
-	e.srv.Config.Handler = p2
+	restart := func() {
+		e.srv.Config.Handler = proxy.New(proxy.Config{}, e.st, proxy.NewTokenBackend(e.eng, tmpl, tmpl.Tokenizer(), 0))
+	}
+	restart()
 	e.eng.push(text("after restart"))
 	full := append(slices.Clone(msgs), map[string]any{"role": "assistant", "content": "done"}, map[string]any{"role": "user", "content": "thanks"})
 	chatTurn(t, url, cl.Key, full, map[string]any{"tools": tools})
 	calls = e.calls(t, cl)
 	last := calls[len(calls)-1]
-	if last.Continued || last.RenderReason != proxy.ReasonNoTokenState {
-		t.Fatalf("after restart: continued=%v reason=%q", last.Continued, last.RenderReason)
+	if !last.Continued || last.RenderReason != "" {
+		t.Fatalf("after restart: continued=%v reason=%q, want continued from the stored call", last.Continued, last.RenderReason)
+	}
+	if stored := append(slices.Clone(calls[1].PromptIDs), calls[1].ResponseIDs...); !slices.Equal(last.PromptIDs[:len(stored)], stored) {
+		t.Fatal("after restart: the prompt does not extend call 1's stored prompt+response ids")
+	}
+	// A reply no stored call produced (the harness wrote it) cannot be
+	// continued: rendered from scratch, and the event says why.
+	restart()
+	e.eng.push(text("fabricated"))
+	chatTurn(t, url, cl.Key, []map[string]any{{"role": "user", "content": "list"}, {"role": "assistant", "content": "made up"}, {"role": "user", "content": "so?"}}, nil)
+	calls = e.calls(t, cl)
+	if l := calls[len(calls)-1]; l.Continued || l.RenderReason != proxy.ReasonNoTokenState {
+		t.Fatalf("fabricated reply after restart: continued=%v reason=%q", l.Continued, l.RenderReason)
 	}
 	conv := chat.Conversation{Messages: []chat.Message{
 		{Role: "user", Content: "list"},

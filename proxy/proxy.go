@@ -174,8 +174,15 @@ type Proxy struct {
 }
 
 // New returns a proxy recording into st and answering with b.
+// A TokenBackend behind it (directly or behind an AgentRouter) without a
+// StateSource of its own continues token state from st's records of calls
+// it did not serve (RecentCalls).
 func New(cfg Config, st store.Store, b Backend) *Proxy {
-	return &Proxy{cfg: cfg.withDefaults(), st: st, backend: b, idPrefix: randSuffix(), modes: map[string]store.Mode{}, auth: map[Target]authEntry{}}
+	p := &Proxy{cfg: cfg.withDefaults(), st: st, backend: b, idPrefix: randSuffix(), modes: map[string]store.Mode{}, auth: map[Target]authEntry{}}
+	if sb, ok := b.(stateSourced); ok {
+		sb.useStateSource(p)
+	}
+	return p
 }
 
 // randSuffix returns 8 random base-36 characters.

@@ -41,13 +41,16 @@ const (
 // earlier call's conversation plus that call's reply, the prompt is the
 // earlier prompt ids + the ids the engine generated + the rendered new
 // messages, never a re-tokenization of earlier text. The state lives in
-// memory (bounded, least recently used attempts dropped); when it is
-// missing (e.g. after a restart) the prompt is rendered from scratch and the
-// event says why.
+// memory (bounded, least recently used attempts dropped); when a
+// conversation holds a generated reply the memory does not cover (another
+// gateway replica served that call, or this process before a restart),
+// the state is continued from the store's record of the call (StateSource),
+// else the prompt is rendered from scratch and the event says why.
 type TokenBackend struct {
 	engine   engine.TokenEngine
 	template chat.Template
 	codec    Codec
+	source   StateSource // nil: memory only
 
 	maxAttempts int
 	tag         string // random per backend: tool call ids stay unique across restarts
@@ -100,6 +103,20 @@ func (b *TokenBackend) SetMaxStateIDs(n int) {
 	b.mu.Unlock()
 }
 
+// useStateSource sets the StateSource consulted on a token-state miss
+// unless one was set already (proxy.New gives its store's).
+func (b *TokenBackend) useStateSource(s StateSource) {
+	b.mu.Lock()
+	if b.source == nil {
+		b.source = s
+	}
+	b.mu.Unlock()
+}
+
+// storedCallsTried is how many of an attempt's latest stored calls a miss
+// compares the conversation with.
+const storedCallsTried = statesPerAttempt
+
 // ModelName implements Backend.
 func (b *TokenBackend) ModelName() string { return b.engine.ModelName() }
 
@@ -115,7 +132,8 @@ func (b *TokenBackend) Forget(t Target) {
 }
 
 // prompt computes the prompt ids for conv, continuing token state if it can.
-func (b *TokenBackend) prompt(key string, conv chat.Conversation) (ids []int32, continued bool, reason string, err error) {
+func (b *TokenBackend) prompt(ctx context.Context, t Target, conv chat.Conversation) (ids []int32, continued bool, reason string, err error) {
+	key := t.key()
 	var prev *branch
 	reason = ReasonFirstCall
 	for _, m := range conv.Messages {
@@ -150,7 +168,14 @@ func (b *TokenBackend) prompt(key string, conv chat.Conversation) (ids []int32, 
 			}
 		}
 	}
+	source := b.source
 	b.mu.Unlock()
+	if source != nil && replyAfter(conv.Messages, prev) {
+		if br := b.storedBranch(ctx, source, t, conv, prev); br != nil {
+			prev = br
+			b.remember(key, br)
+		}
+	}
 	if prev != nil {
 		suffix, err := b.template.RenderSuffix(conv, len(prev.msgs))
 		if err != nil {
@@ -165,6 +190,59 @@ func (b *TokenBackend) prompt(key string, conv chat.Conversation) (ids []int32, 
 		return nil, false, "", fmt.Errorf("%w: render: %v", ErrBadRequest, err)
 	}
 	return ids, false, reason, nil
+}
+
+// replyAfter reports whether msgs hold an assistant message after those
+// of prev (all of them when prev is nil): a reply this process's token
+// state does not cover.
+func replyAfter(msgs []chat.Message, prev *branch) bool {
+	from := 0
+	if prev != nil {
+		from = len(prev.msgs)
+	}
+	for _, m := range msgs[from:] {
+		if m.Role == chat.RoleAssistant {
+			return true
+		}
+	}
+	return false
+}
+
+// storedBranch returns the branch of the longest stored call of t that
+// conv extends (as the memory's branches are matched) and that covers
+// more than prev, or nil. A store error only loses the continuation.
+func (b *TokenBackend) storedBranch(ctx context.Context, source StateSource, t Target, conv chat.Conversation, prev *branch) *branch {
+	calls, err := source.RecentCalls(ctx, t, storedCallsTried)
+	if err != nil {
+		return nil
+	}
+	best := 0
+	if prev != nil {
+		best = len(prev.msgs)
+	}
+	var out *branch
+	for _, sc := range calls {
+		n := len(sc.Conv.Messages) + 1 // and the reply
+		if n >= len(conv.Messages) || n <= best {
+			continue
+		}
+		if !messagesExtend(conv.Messages[:n-1], sc.Conv.Messages) || !toolsEqual(conv.Tools, sc.Conv.Tools) {
+			continue
+		}
+		msg, err := b.template.Parse(sc.ResponseIDs)
+		if err != nil {
+			continue
+		}
+		msg.Role = chat.RoleAssistant
+		msgs := append(append(make([]chat.Message, 0, n), sc.Conv.Messages...), msg)
+		if !messagesExtend(conv.Messages[n-1:n], msgs[n-1:]) {
+			continue
+		}
+		ids := make([]int32, 0, len(sc.PromptIDs)+len(sc.ResponseIDs))
+		ids = append(append(ids, sc.PromptIDs...), sc.ResponseIDs...)
+		out, best = &branch{msgs: msgs, tools: sc.Conv.Tools, ids: ids}, n
+	}
+	return out
 }
 
 // remember records a generated branch for key.
@@ -230,7 +308,7 @@ func (b *TokenBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, err
 		return nil, fmt.Errorf("%w: stop strings are not supported by the token engine", ErrUnsupported)
 	}
 	key := req.Target.key()
-	prompt, continued, reason, err := b.prompt(key, req.Conv)
+	prompt, continued, reason, err := b.prompt(ctx, req.Target, req.Conv)
 	if err != nil {
 		return nil, err
 	}

@@ -245,6 +245,8 @@ type EventFilter struct {
 	Types     []string
 	AfterSeq  int64
 	Limit     int
+	// Desc lists newest first (with Limit: the latest events).
+	Desc bool
 }
 
 // TrainStep is one trainer step's metrics as the trainer reported them: one

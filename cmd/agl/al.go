@@ -14,7 +14,7 @@ import (
 // mountAL serves Agent Lightning v1.0's gateway API (the config's `al:`
 // section) on srv. raw is the store before any wrapping (its optional
 // interfaces); l may be nil (no engine: the agent route answers 503).
-func mountAL(c config.Config, srv *gateway.Server, st, raw store.Store, l *llm, changed func(context.Context), log *slog.Logger) error {
+func mountAL(ctx context.Context, c config.Config, srv *gateway.Server, st, raw store.Store, l *llm, changed func(context.Context), log *slog.Logger) error {
 	var ac al.Config
 	if err := c.Section("al", &ac); err != nil {
 		return err
@@ -24,11 +24,14 @@ func mountAL(c config.Config, srv *gateway.Server, st, raw store.Store, l *llm, 
 	}
 	opt := al.Options{Config: ac, Store: st, IsAdmin: srv.IsAdmin, MaxAbsReward: c.Gateway.MaxAbsReward, Notify: srv.Notify, ModelsChanged: changed, Logger: log}
 	opt.Late, _ = raw.(store.LateWriter)
+	opt.Shared, _ = raw.(store.Shared)
+	opt.WaitPoll = c.Gateway.WaitPoll
 	if l != nil {
 		opt.LLM = l.Proxy
 		opt.DefaultModel = l.Proxy.ModelName()
 	}
 	h := al.New(opt)
+	go h.Watch(ctx)
 	srv.Handle(h.Prefix()+"/", http.StripPrefix(h.Prefix(), h))
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/dashboard"
@@ -132,7 +133,10 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	raw := st
 	st = m.WrapStore(st)
 	opt := gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
-		ReapInterval: c.Gateway.ReapInterval, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: m.Middleware, Limits: gatewayLimits(c.Gateway)}
+		ReapInterval: c.Gateway.ReapInterval, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: m.Middleware, Limits: gatewayLimits(c.Gateway),
+		WaitPoll: c.Gateway.WaitPoll}
+	// Replicas on one PostgreSQL share wake-ups and the pause state.
+	opt.Shared, _ = raw.(store.Shared)
 	if l != nil {
 		opt.LLM = l.Proxy
 		if l.Engine != nil {
@@ -145,13 +149,16 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 			ms.Changed(ctx)
 			opt.ModelsChanged = ms.Changed
 			go ms.Run(ctx, l.ModelSync)
+			if opt.Shared != nil {
+				go syncOnChanges(ctx, opt.Shared, ms)
+			}
 		}
 	} else {
 		log.Info("no engine configured: LLM routes answer 404 (set engine.model_dir or engine.upstream)")
 	}
 	srv := gateway.New(opt)
 	srv.Handle("GET /metrics", m.Handler())
-	if err := mountAL(c, srv, st, raw, l, opt.ModelsChanged, log); err != nil {
+	if err := mountAL(ctx, c, srv, st, raw, l, opt.ModelsChanged, log); err != nil {
 		return err
 	}
 	var tok dashboard.Decoder
@@ -171,4 +178,28 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		log.Info("gateway listening", "addr", "http://"+a.String(), "store", where, "version", version())
 		fmt.Fprintf(stdout, "agl gateway listening on http://%s (dashboard at /)\n", a)
 	})
+}
+
+// syncOnChanges re-reads the model registry when a replica commits a
+// change (registrations among them), at most every 100ms, so that a model
+// registered through another replica routes here without waiting for the
+// registry poll.
+func syncOnChanges(ctx context.Context, sh store.Shared, ms *proxy.ModelSync) {
+	ch := sh.Changed()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+		ch = sh.Changed()
+		ms.Changed(ctx)
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -142,6 +142,12 @@ type Options struct {
 	// answer.
 	ModelsChanged func(ctx context.Context)
 	Logger        *slog.Logger
+	// Shared, if set, carries the proxy pause state to every gateway
+	// replica on the store (Watch applies theirs here).
+	Shared store.Shared
+	// WaitPoll is how often Watch re-reads the shared pause state when no
+	// notification came (default 1s).
+	WaitPoll time.Duration
 }
 
 // Handler serves the API. Mount it under Config.Prefix with the prefix

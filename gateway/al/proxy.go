@@ -2,10 +2,13 @@ package al
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/aglrl/agl/store"
 )
@@ -45,6 +48,9 @@ func (h *Handler) pauseProxy(w http.ResponseWriter, r *http.Request) error {
 	p.reason = body.Reason
 	v := p.view()
 	p.mu.Unlock()
+	if err := h.sharePause(r.Context(), v); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
@@ -56,8 +62,54 @@ func (h *Handler) resumeProxy(w http.ResponseWriter, r *http.Request) error {
 	p.reason = nil
 	v := p.view()
 	p.mu.Unlock()
+	if err := h.sharePause(r.Context(), v); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, v)
 	return nil
+}
+
+// PauseSetting is the store.Shared setting holding the agent route's
+// pause state (pauseView without inflight) that every replica applies.
+const PauseSetting = "al.pause"
+
+// sharePause stores the pause state for the other replicas.
+func (h *Handler) sharePause(ctx context.Context, v pauseView) error {
+	if h.opt.Shared == nil {
+		return nil
+	}
+	v.Inflight = 0
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if err := h.opt.Shared.PutSetting(ctx, PauseSetting, b); err != nil {
+		return fmt.Errorf("share the pause state with the other replicas: %w", err)
+	}
+	return nil
+}
+
+// Watch applies the pause state other replicas share (Options.Shared)
+// until ctx ends; without Shared it returns at once.
+func (h *Handler) Watch(ctx context.Context) {
+	if h.opt.Shared == nil {
+		return
+	}
+	poll := h.opt.WaitPoll
+	if poll <= 0 {
+		poll = time.Second
+	}
+	store.WatchSetting(ctx, h.opt.Shared, PauseSetting, poll, func(raw json.RawMessage) {
+		var v pauseView
+		if err := json.Unmarshal(raw, &v); err != nil {
+			h.log.Warn("al: shared pause state unreadable", "err", err)
+			return
+		}
+		p := &h.pause
+		p.mu.Lock()
+		p.paused, p.retryAfter, p.reason = v.Paused, v.RetryAfterSeconds, v.Reason
+		p.mu.Unlock()
+	})
 }
 
 func (h *Handler) proxyState(w http.ResponseWriter, r *http.Request) error {

@@ -340,6 +340,31 @@ func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error
 		return res, err
 	}
 	at = norm(at)
+	// One pass at a time over all replicas sharing the database: the
+	// others skip theirs (a session lock, held across the pass's
+	// transactions, keyed by schema).
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return res, dbErr("reap", err)
+	}
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, hashtext(current_schema()))", int32(ReapLock)).Scan(&locked); err != nil {
+		conn.Release()
+		return res, dbErr("reap lock", err)
+	}
+	if !locked {
+		conn.Release()
+		return res, nil
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1, hashtext(current_schema()))", int32(ReapLock)); err != nil {
+			// A connection whose unlock failed must not go back to the
+			// pool still holding the lock.
+			conn.Hijack().Close(context.WithoutCancel(ctx))
+			return
+		}
+		conn.Release()
+	}()
 	rows, err := s.pool.Query(ctx, `SELECT a.rollout_id, a.id FROM attempts a JOIN rollouts r ON r.id = a.rollout_id
 		WHERE a.status = 'running' AND (
 			(r.unresponsive_seconds > 0 AND a.last_heartbeat < $1::timestamptz - make_interval(secs => r.unresponsive_seconds))
@@ -378,6 +403,10 @@ func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error
 	}
 	return res, nil
 }
+
+// ReapLock is the first key of the advisory lock (pg_locks classid) a
+// reaper pass holds; the second is hashtext(current_schema()).
+const ReapLock = 0x61676c72 // "aglr"
 
 // reapOne re-checks one candidate under the rollout's lock and ends it.
 func reapOne(ctx context.Context, tx pgx.Tx, rolloutID, attemptID string, at time.Time, res *store.ReapResult) error {

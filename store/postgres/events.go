@@ -212,6 +212,9 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 		q += fmt.Sprintf(" AND type = ANY($%d)", len(args))
 	}
 	q += " ORDER BY seq"
+	if f.Desc {
+		q += " DESC"
+	}
 	if f.Limit > 0 {
 		args = append(args, f.Limit)
 		q += fmt.Sprintf(" LIMIT $%d", len(args))
@@ -240,11 +243,18 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if err := s.bases.DecodeEvents(out, func(seq int64) ([]byte, error) {
+		if f.Desc {
+			slices.Reverse(out) // bases decode oldest first
+		}
+		err = s.bases.DecodeEvents(out, func(seq int64) ([]byte, error) {
 			var d []byte
 			err := tx.QueryRow(ctx, "SELECT data FROM events WHERE seq = $1", seq).Scan(&d)
 			return d, err
-		}); err != nil {
+		})
+		if f.Desc {
+			slices.Reverse(out)
+		}
+		if err != nil {
 			return fmt.Errorf("events of rollout %s: %w", f.RolloutID, err)
 		}
 		if len(out) == 0 {

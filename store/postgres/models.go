@@ -70,7 +70,10 @@ func (s *Store) RegisterModel(ctx context.Context, m store.Model) (store.Model, 
 		var err error
 		out, err = scanModel(tx.QueryRow(ctx, `INSERT INTO models (name, version, endpoints, weights, metadata, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+modelCols, m.Name, v, eps, m.Weights, meta, now()))
-		return err
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx)
 	})
 	if err != nil {
 		return store.Model{}, dbErr("register model", err)

@@ -38,6 +38,7 @@ type Store struct {
 	events *store.GroupCommit // batches concurrent AppendEvents into shared transactions
 	bases  *store.Bases       // what model_request events are stored against (store/codec.go)
 	plain  bool               // Options.PlainEvents
+	chg    changes            // LISTEN side of store.Shared (notify.go)
 }
 
 // Options tune the backend.
@@ -49,7 +50,10 @@ type Options struct {
 	PlainEvents bool
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store  = (*Store)(nil)
+	_ store.Shared = (*Store)(nil)
+)
 
 // EventWriters is how many event-append transactions run at once; more
 // concurrent appends queue and share the next transaction
@@ -127,7 +131,7 @@ func ensureSchema(ctx context.Context, cc *pgx.ConnConfig, searchPath string) er
 }
 
 // SchemaVersion is the version this code writes and understands.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migrations[i] brings a database from version i to i+1.
 var migrations = []string{
@@ -221,6 +225,23 @@ CREATE TABLE IF NOT EXISTS train_steps (
 	// store/codec.go (told apart from JSON by their first byte, so rows
 	// written before stay as they are and read as they did).
 	`SELECT 1`,
+	// 4: settings every gateway replica applies (the pause state of the
+	// LLM routes) and the replicas' reports of themselves (store.Shared).
+	`
+CREATE TABLE IF NOT EXISTS settings (
+	name       text PRIMARY KEY,
+	value      bytea NOT NULL,
+	version    bigint NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS replicas (
+	id        text PRIMARY KEY,
+	paused    boolean NOT NULL,
+	in_flight integer NOT NULL,
+	reports   bigint NOT NULL,
+	seen_at   timestamptz NOT NULL
+);
+`,
 }
 
 // afterMigration[v] runs in the migration transaction once the schema
@@ -303,6 +324,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.chg.stop()
 	s.pool.Close()
 	return nil
 }

@@ -114,6 +114,7 @@ func (s *Store) CreateRollouts(ctx context.Context, rs []store.NewRollout) ([]st
 			nr.ID, nr.GroupID, []byte(nr.Task), string(nr.Mode), meta, nr.Config.TimeoutSeconds,
 			int32(nr.Config.MaxAttempts), nr.Config.UnresponsiveSeconds, t, nr.Step)
 	}
+	b.Queue(notifySQL)   // a queue change: wake every replica
 	var missing []string // ids that already existed, or repeat within the batch
 	err := s.retry(func() error {
 		missing = missing[:0]
@@ -129,6 +130,10 @@ func (s *Store) CreateRollouts(ctx context.Context, rs []store.NewRollout) ([]st
 				return err
 			}
 			out[i] = r
+		}
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
 		}
 		return br.Close()
 	})
@@ -331,12 +336,17 @@ func setStatus(ctx context.Context, tx pgx.Tx, id string, st store.RolloutStatus
 		reward = ", reward = $6, reward_data = $7"
 		args = append(args, rw.value, rw.data)
 	}
-	return scanRollout(tx.QueryRow(ctx, `WITH c AS (
+	r, err := scanRollout(tx.QueryRow(ctx, `WITH c AS (
 			UPDATE counters SET v = v + 1 WHERE name = 'terminal' AND $5::bool RETURNING v
 		)
 		UPDATE rollouts SET status = $2, error = $3, updated_at = $4,
 			terminal_seq = coalesce((SELECT v FROM c), 0)`+reward+`
 		WHERE id = $1 RETURNING `+rolloutCols, args...))
+	if err != nil {
+		return r, err
+	}
+	// Every status change may end a wait (terminal long-polls, the queue).
+	return r, notify(ctx, tx)
 }
 
 // Terminal returns rollouts that became terminal after the cursor, in order.

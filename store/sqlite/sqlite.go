@@ -31,6 +31,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -1216,6 +1217,9 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 		q += ` AND type IN (` + strings.Join(ph, ",") + `)`
 	}
 	q += ` ORDER BY seq`
+	if f.Desc {
+		q += ` DESC`
+	}
 	if f.Limit > 0 {
 		q += fmt.Sprintf(` LIMIT %d`, f.Limit)
 	}
@@ -1238,11 +1242,18 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite store: list events: %w", err)
 	}
-	if err := s.bases.DecodeEvents(out, func(seq int64) ([]byte, error) {
+	if f.Desc {
+		slices.Reverse(out) // bases decode oldest first
+	}
+	err = s.bases.DecodeEvents(out, func(seq int64) ([]byte, error) {
 		var d []byte
 		err := s.r.QueryRowContext(ctx, `SELECT data FROM events WHERE seq = ?`, seq).Scan(&d)
 		return d, err
-	}); err != nil {
+	})
+	if f.Desc {
+		slices.Reverse(out)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sqlite store: list events of rollout %s: %w", f.RolloutID, err)
 	}
 	if len(out) == 0 {

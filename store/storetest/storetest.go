@@ -1191,11 +1191,21 @@ func testModelCallsReadBack(t *testing.T, s store.Store) {
 		{Types: []string{store.EventModelRequest}},
 		{Types: []string{store.EventReward}},
 		{AttemptID: cl.Attempt.ID, AfterSeq: all[10].Seq, Types: []string{store.EventModelRequest}, Limit: 2},
+		// Newest first: the latest calls of a long attempt (the proxy's
+		// token state on another replica).
+		{Desc: true, Limit: 3},
+		{Desc: true, Types: []string{store.EventModelRequest}, Limit: 4},
+		{Desc: true, AttemptID: cl.Attempt.ID, AfterSeq: all[len(all)-9].Seq},
 	} {
 		f.RolloutID = "r"
 		got := must(s.ListEvents(c, f))
 		var exp []store.Event
-		for _, e := range all {
+		src := all
+		if f.Desc {
+			src = slices.Clone(all)
+			slices.Reverse(src)
+		}
+		for _, e := range src {
 			if e.Seq > f.AfterSeq && (len(f.Types) == 0 || f.Types[0] == e.Type) && (f.Limit == 0 || len(exp) < f.Limit) {
 				exp = append(exp, e)
 			}
