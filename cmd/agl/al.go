@@ -12,8 +12,8 @@ import (
 )
 
 // mountAL serves Agent Lightning v1.0's gateway API (the config's `al:`
-// section) on srv. raw is the store before any wrapping (its optional
-// interfaces); l may be nil (no engine: the agent route answers 503).
+// section) on srv. raw is the store before any wrapping (for store.Shared,
+// which the metrics wrapper does not keep); l may be nil (no engine: the agent route answers 503).
 func mountAL(ctx context.Context, c config.Config, srv *gateway.Server, st, raw store.Store, l *llm, changed func(context.Context), log *slog.Logger) error {
 	var ac al.Config
 	if err := c.Section("al", &ac); err != nil {
@@ -23,7 +23,7 @@ func mountAL(ctx context.Context, c config.Config, srv *gateway.Server, st, raw 
 		return nil
 	}
 	opt := al.Options{Config: ac, Store: st, IsAdmin: srv.IsAdmin, MaxAbsReward: c.Gateway.MaxAbsReward, Notify: srv.Notify, ModelsChanged: changed, Logger: log}
-	opt.Late, _ = raw.(store.LateWriter)
+	opt.Late, _ = st.(store.LateWriter)
 	opt.Shared, _ = raw.(store.Shared)
 	opt.WaitPoll = c.Gateway.WaitPoll
 	if l != nil {

@@ -125,13 +125,16 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer st.Close()
+	// The proxy gets the wrapped store, so that /metrics counts the model
+	// calls from the events it appends (the wrapper keeps the store's
+	// event journal).
+	m := metrics.New(metrics.Options{Store: st, Runtime: true, CallsFromEvents: true})
+	raw := st
+	st = m.WrapStore(st)
 	l, err := openLLM(ctx, c, st, log)
 	if err != nil {
 		return err
 	}
-	m := metrics.New(metrics.Options{Store: st, Runtime: true, CallsFromEvents: true})
-	raw := st
-	st = m.WrapStore(st)
 	opt := gateway.Options{Store: st, AdminKey: c.Gateway.AdminKey, MaxBodyBytes: c.Gateway.MaxBodyBytes,
 		ReapInterval: c.Gateway.ReapInterval, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: m.Middleware, Limits: gatewayLimits(c.Gateway),
 		WaitPoll: c.Gateway.WaitPoll}

@@ -212,4 +212,27 @@ func TestGatewayTokenModeRegistry(t *testing.T) {
 			t.Errorf("call %d: v%d upstream_rendered=%v continued=%v (%s), want v%d continued", k, mc.ModelVersion, mc.UpstreamRendered, mc.Continued, mc.RenderReason, want)
 		}
 	}
+	// The gateway's /metrics counts the three calls (from their events).
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer crash-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `agl_model_calls_total{api="chat.completions",status="200"} 3`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics has no %s:\n%s", want, grepLines(string(body), "agl_model_calls"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
