@@ -183,6 +183,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		logContext(log, e)
 	}
 	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	pc.RolloutSeeds = true
 	px := proxy.New(pc, st, sv.backend)
 	for _, p := range sv.pubs {
 		p.p = px
@@ -240,7 +241,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "  %s (%s) for agents %q\n", n, p.Kind, pset.agents(n))
 		}
 	}
-	fmt.Fprintf(stdout, "dashboard %s/ (log in with %s)\n", url, keyNote)
+	fmt.Fprintf(stdout, "dashboard %s/ (log in with %s)\nsampling seed %d (trainer.seed)\n", url, keyNote, loop.Seed())
 
 	sum, runErr := loop.Run(ctx)
 	stopController()
