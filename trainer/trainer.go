@@ -149,8 +149,10 @@ type Config struct {
 	// and kept in the checkpoint): each rollout gets a seed derived from
 	// it and its step, task and group member (the "seed" field of its
 	// metadata), and the gateway derives each call's sampling seed from
-	// that (package internal/seed). Two runs with the same seed, data,
-	// model and config sample the same tokens and train the same weights.
+	// that (package internal/seed). Two sync runs with the same seed,
+	// data, model and config sample the same tokens and train the same
+	// weights, as far as the engines' float results do not depend on
+	// scheduling (batch composition).
 	Seed uint64 `yaml:"seed"`
 }
 

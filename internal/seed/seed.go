@@ -5,7 +5,8 @@
 // sampling seed from that, the attempt's number and the call's place
 // among its agent's calls of the attempt. None of it depends on
 // scheduling, so two runs with the same seed, data, model and config
-// sample the same tokens.
+// sample the same tokens, as far as the engine's float results do not
+// depend on scheduling either.
 package seed
 
 import (
