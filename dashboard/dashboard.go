@@ -52,6 +52,10 @@ type Options struct {
 	Status func(context.Context) (api.GatewayStatus, error)
 	// Tokenizer, when set, shows token text in the per-token view.
 	Tokenizer Decoder
+	// Tokenizers, by model name (a policy's, which its calls' events
+	// record as their model), decode the samples of that model's calls;
+	// Tokenizer decodes the others.
+	Tokenizers map[string]Decoder
 	// SessionTTL is how long a login lasts (default 7 days).
 	SessionTTL time.Duration
 	// WorkersWindow: the workers view covers attempts running now or

@@ -62,13 +62,13 @@ func (d *Dashboard) tokens(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v := TokensView{RolloutID: ro.ID, Attempt: aid, Decoded: d.opt.Tokenizer != nil, Samples: []TokenSample{}, Excluded: []samples.Excluded{}}
+	v := TokensView{RolloutID: ro.ID, Attempt: aid, Decoded: d.opt.Tokenizer != nil || len(d.opt.Tokenizers) > 0, Samples: []TokenSample{}, Excluded: []samples.Excluded{}}
 	if aid != "" {
 		evs, err := d.opt.Store.ListEvents(r.Context(), store.EventFilter{RolloutID: ro.ID, AttemptID: aid, Types: []string{store.EventModelRequest}})
 		if err != nil {
 			return err
 		}
-		v.Samples, v.Excluded = TokenSamples(ro, aid, evs, d.opt.Tokenizer)
+		v.Samples, v.Excluded = TokenSamples(ro, aid, evs, d.opt.Tokenizer, d.opt.Tokenizers)
 		adv, err := d.advantages(r.Context(), ro)
 		if err != nil {
 			return err
@@ -115,8 +115,10 @@ func (d *Dashboard) advantages(ctx context.Context, ro store.Rollout) (map[strin
 }
 
 // TokenSamples builds the per-token view of one attempt's model_request
-// events; dec (optional) decodes each token's text.
-func TokenSamples(ro store.Rollout, attemptID string, events []store.Event, dec Decoder) ([]TokenSample, []samples.Excluded) {
+// events; byModel[m] decodes the text of a sample whose calls model m
+// served (a sample never mixes agents, so never policies), dec (optional)
+// the others'.
+func TokenSamples(ro store.Rollout, attemptID string, events []store.Event, dec Decoder, byModel map[string]Decoder) ([]TokenSample, []samples.Excluded) {
 	calls, bad := samples.Calls(events, attemptID)
 	ss, excl := samples.Build(samples.BuildConfig{}, ro.ID, ro.GroupID, attemptID, calls)
 	excl = append(bad, excl...)
@@ -145,10 +147,16 @@ func TokenSamples(ro store.Rollout, attemptID string, events []store.Event, dec 
 			ts.Calls = append(ts.Calls, CallSpan{CallID: id, PromptStart: at, ResponseStart: rs, ResponseEnd: re})
 			at = re
 		}
-		if dec != nil {
+		sdec := dec
+		if len(s.CallIDs) > 0 && byID[s.CallIDs[0]] != nil {
+			if md, ok := byModel[byID[s.CallIDs[0]].Model]; ok {
+				sdec = md
+			}
+		}
+		if sdec != nil {
 			ts.Pieces = make([]string, len(s.IDs))
 			for k, id := range s.IDs {
-				ts.Pieces[k] = piece(dec, id)
+				ts.Pieces[k] = piece(sdec, id)
 			}
 		}
 		out[i] = ts

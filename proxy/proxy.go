@@ -114,6 +114,9 @@ type Config struct {
 	Agents map[string]string `json:"agents,omitempty" yaml:"agents,omitempty"`
 	// AttemptLimits caps the calls and generated tokens of one attempt.
 	AttemptLimits AttemptLimits `json:"attempt_limits,omitempty" yaml:"attempt_limits,omitempty"`
+	// RolloutSeeds (set by agl train) seeds each call that names no seed
+	// of its own from its rollout's metadata seed (see callSeed).
+	RolloutSeeds bool `json:"-" yaml:"-"`
 }
 
 // AgentHeader names a call's agent (after the path segment, before
@@ -171,6 +174,7 @@ type Proxy struct {
 	auth   map[Target]authEntry
 
 	usage usage // per-attempt calls and tokens (AttemptLimits)
+	seeds seeds // per-attempt sampling seeds (RolloutSeeds)
 }
 
 // New returns a proxy recording into st and answering with b.
@@ -460,6 +464,7 @@ func (p *Proxy) ForgetKey(rolloutID, attemptID string) {
 	p.auth[Target{RolloutID: rolloutID, AttemptID: attemptID}] = authEntry{revoked: true}
 	p.authMu.Unlock()
 	p.usage.forget(Target{RolloutID: rolloutID, AttemptID: attemptID})
+	p.seeds.forget(Target{RolloutID: rolloutID, AttemptID: attemptID})
 }
 
 // trustedAttempt checks that the attempt exists (and runs) without a key.
@@ -659,6 +664,10 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	}
 	c.target = t
 	if aerr := p.usage.admit(p.cfg.AttemptLimits, t); aerr != nil {
+		writeError(w, sh.style, aerr)
+		return
+	}
+	if aerr := p.seedCall(ctx, c); aerr != nil {
 		writeError(w, sh.style, aerr)
 		return
 	}

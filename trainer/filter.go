@@ -50,7 +50,7 @@ func (l *Loop) filterTasks(ctx context.Context) (FilterStats, error) {
 		group := fmt.Sprintf("%s-filter-t%d", store.IDSafe(l.name), k)
 		for j := 0; j < n; j++ {
 			rs = append(rs, store.NewRollout{ID: fmt.Sprintf("%s-r%d", group, j), GroupID: group, Task: task,
-				Mode: store.ModeTrain, Config: l.cfg.Rollout, Metadata: json.RawMessage(`{"filter":true}`)})
+				Mode: store.ModeTrain, Config: l.cfg.Rollout, Metadata: l.rolloutMetadata(-1, seedFilter, uint64(k), uint64(j))})
 		}
 	}
 	st := FilterStats{Tasks: len(l.train), Rollouts: len(rs)}

@@ -26,11 +26,13 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/internal/seed"
 	"github.com/aglrl/agl/samples"
 	"github.com/aglrl/agl/store"
 )
@@ -143,6 +145,15 @@ type Config struct {
 	// each training task N times, keeping those with 0 < successes < N
 	// (see filterTasks).
 	FilterAttempts int `yaml:"filter_attempts"`
+	// Seed seeds the run's sampling (0 or unset: a random one, printed
+	// and kept in the checkpoint): each rollout gets a seed derived from
+	// it and its step, task and group member (the "seed" field of its
+	// metadata), and the gateway derives each call's sampling seed from
+	// that (package internal/seed). Two sync runs with the same seed,
+	// data, model and config sample the same tokens and train the same
+	// weights, as far as the engines' float results do not depend on
+	// scheduling (batch composition).
+	Seed uint64 `yaml:"seed"`
 }
 
 func (c Config) withDefaults() Config {
@@ -292,6 +303,9 @@ type State struct {
 	// Versions is each named policy's served version (several trained
 	// policies); Version then counts the steps that published any.
 	Versions map[string]int64 `json:"versions,omitempty"`
+	// Seed is the run's sampling seed (Config.Seed, or the random one
+	// drawn when that was unset), so that a resumed run goes on with it.
+	Seed uint64 `json:"seed,omitempty"`
 }
 
 // version is policy p's served version.
@@ -384,6 +398,14 @@ func New(cfg Config, st store.Store, pols []TrainedPolicy, state State, dataDir,
 	if err := checkPolicies(pols); err != nil {
 		return nil, err
 	}
+	switch {
+	case state.Seed != 0 && cfg.Seed != 0 && state.Seed != cfg.Seed:
+		return nil, fmt.Errorf("trainer: seed %d differs from the checkpoint's seed %d (resume with the run's own seed, or start a new run)", cfg.Seed, state.Seed)
+	case state.Seed == 0 && cfg.Seed != 0:
+		state.Seed = cfg.Seed
+	case state.Seed == 0:
+		state.Seed = seed.Mix(rand.Uint64())
+	}
 	l := &Loop{cfg: cfg, st: st, pols: pols, log: log, dataDir: dataDir, name: name, out: out, state: state, queued: state.Step}
 	all, err := ReadTasks(cfg.Tasks)
 	if err != nil {
@@ -405,6 +427,27 @@ func New(cfg Config, st store.Store, pols []TrainedPolicy, state State, dataDir,
 		l.val = l.val[:cfg.ValLimit]
 	}
 	return l, nil
+}
+
+// Seed is the run's sampling seed (the configured one, the checkpoint's,
+// or the random one drawn for this run).
+func (l *Loop) Seed() uint64 { return l.state.Seed }
+
+// Parts of the rollout seeds of the filter and of validation (a train
+// rollout's first part is its step, never this large).
+const (
+	seedFilter = 1<<63 + iota
+	seedVal
+)
+
+// rolloutMetadata is a rollout's metadata: the step (when it belongs to
+// one) and the seed derived from the run's seed and parts.
+func (l *Loop) rolloutMetadata(step int, parts ...uint64) json.RawMessage {
+	sd := seed.Mix(append([]uint64{l.state.Seed}, parts...)...)
+	if step < 0 {
+		return json.RawMessage(fmt.Sprintf(`{"filter":true,"seed":%d}`, sd))
+	}
+	return json.RawMessage(fmt.Sprintf(`{"step":%d,"seed":%d}`, step, sd))
 }
 
 // ReadTasks reads a JSONL file of tasks (blank lines skipped).
@@ -504,7 +547,7 @@ func (l *Loop) plan(s int) []store.NewRollout {
 		group := fmt.Sprintf("%s-s%d-t%d", store.IDSafe(l.name), s, k)
 		for j := 0; j < l.cfg.GroupSize; j++ {
 			rs = append(rs, store.NewRollout{ID: fmt.Sprintf("%s-r%d", group, j), GroupID: group, Task: task,
-				Mode: store.ModeTrain, Config: l.cfg.Rollout, Metadata: json.RawMessage(fmt.Sprintf(`{"step":%d}`, s))})
+				Mode: store.ModeTrain, Config: l.cfg.Rollout, Metadata: l.rolloutMetadata(s, uint64(s), uint64(k), uint64(j))})
 		}
 	}
 	return rs
@@ -731,7 +774,7 @@ func (l *Loop) validate(ctx context.Context) (StepMetrics, error) {
 	var rs []store.NewRollout
 	for k, task := range l.val {
 		rs = append(rs, store.NewRollout{ID: fmt.Sprintf("%s-val-v%d-t%d", store.IDSafe(l.name), l.state.Version, k), Task: task,
-			Mode: store.ModeVal, Config: l.cfg.Rollout, Metadata: json.RawMessage(fmt.Sprintf(`{"step":%d}`, l.state.Step))})
+			Mode: store.ModeVal, Config: l.cfg.Rollout, Metadata: l.rolloutMetadata(l.state.Step, seedVal, uint64(l.state.Version), uint64(k))})
 	}
 	t0 := time.Now()
 	done, err := l.runRollouts(ctx, rs)

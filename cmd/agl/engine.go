@@ -8,6 +8,7 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/dashboard"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/model"
 	"github.com/aglrl/agl/proxy"
@@ -54,12 +55,27 @@ func logContext(log *slog.Logger, eng *model.Engine) {
 type llm struct {
 	Proxy  *proxy.Proxy
 	Engine *model.Engine // nil for upstreams
-	Format chat.Format   // nil for upstreams in chat mode
+	// engines are the policies' embedded engines (policies:), closed with
+	// close.
+	engines []*model.Engine
+	// tokenizers decode each policy's calls in the dashboard (policies:).
+	tokenizers map[string]dashboard.Decoder
+	Format     chat.Format // nil for upstreams in chat mode
 	// Upstream is the upstream client (nil for the embedded model), whose
 	// routing table follows the model registry (proxy.ModelSync).
 	Upstream *upstream.Client
 	// ModelSync is how often the registry is re-read (engine.upstream.registry_poll).
 	ModelSync time.Duration
+}
+
+// close closes the embedded engines.
+func (l *llm) close() {
+	if l.Engine != nil {
+		l.Engine.Close()
+	}
+	for _, e := range l.engines {
+		e.Close()
+	}
 }
 
 // openLLM builds the proxy for the configured engine, or nil when none is.

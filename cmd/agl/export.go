@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/samples"
 )
 
@@ -50,6 +52,7 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 	primary := fs.String("reward-primary", "", "dimension of multi-dimensional rewards to train on")
 	callRewards := fs.Bool("add-call-rewards", false, "add per-call intermediate rewards to the final reward")
 	includeVal := fs.Bool("include-val", false, "also export validation rollouts")
+	policy := fs.String("policy", "", "with a policies: section in --config, export only this trained policy's samples")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,6 +80,10 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	pols, err := exportPolicies(c, agents, *policy)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
 	st, err := openReadStore(ctx, c, "export", os.Stderr)
 	if err != nil {
 		return fmt.Errorf("export: open store: %w", err)
@@ -86,9 +93,24 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	res, err := samples.FromRollouts(rs, evs, cfg)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
+	var res samples.Result
+	perPolicy := map[string]samples.Stats{}
+	if pols == nil {
+		if res, err = samples.FromRollouts(rs, evs, cfg); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+	}
+	for _, p := range pols {
+		// As agl train does: each trained policy's own agents' calls,
+		// advantages normalised within the group per policy.
+		pc := cfg
+		pc.TrainAgents = p.agents
+		r, err := samples.FromRollouts(rs, evs, pc)
+		if err != nil {
+			return fmt.Errorf("export: policy %s: %w", p.name, err)
+		}
+		res.Samples = append(res.Samples, r.Samples...)
+		perPolicy[p.name] = r.Stats
 	}
 
 	w, report := stdout, io.Writer(os.Stderr)
@@ -113,16 +135,77 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("export: %w", err)
 		}
 	}
-	b, err := json.Marshal(struct {
-		Next  int64         `json:"next_cursor"`
-		Out   string        `json:"out"`
-		Stats samples.Stats `json:"stats"`
-	}{next, *out, res.Stats})
+	summary := struct {
+		Next     int64                    `json:"next_cursor"`
+		Out      string                   `json:"out"`
+		Stats    *samples.Stats           `json:"stats,omitempty"`
+		Policies map[string]samples.Stats `json:"policies,omitempty"`
+	}{Next: next, Out: *out}
+	if pols == nil {
+		summary.Stats = &res.Stats
+	} else {
+		summary.Policies = perPolicy
+	}
+	b, err := json.Marshal(summary)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	_, err = fmt.Fprintf(report, "%s\n", b)
 	return err
+}
+
+// exportPolicy is a trained policy of the config's `policies:` section
+// and its agents.
+type exportPolicy struct {
+	name   string
+	agents []string
+}
+
+// exportPolicies reads the config's `policies:` section: nil when it has
+// none; else the trained policies (only the one named by --policy, when
+// given), whose agents' calls train as in agl train while the frozen and
+// upstream policies' calls are masked.
+func exportPolicies(c config.Config, agents []string, only string) ([]exportPolicy, error) {
+	var pols map[string]policyConfig
+	if err := c.Section("policies", &pols); err != nil {
+		return nil, err
+	}
+	if pols == nil {
+		if only != "" {
+			return nil, fmt.Errorf("--policy %s: the config has no policies: section", only)
+		}
+		return nil, nil
+	}
+	if len(agents) > 0 {
+		return nil, fmt.Errorf("--train-agent: with policies in the config, the policies' kinds say which agents train (use --policy)")
+	}
+	var ec engineConfig
+	var pc proxy.Config
+	for name, v := range map[string]any{"engine": &ec, "proxy": &pc} {
+		if err := c.Section(name, v); err != nil {
+			return nil, err
+		}
+	}
+	set, err := checkPolicies(pols, ec, pc.Agents, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []exportPolicy
+	for _, n := range set.trained() {
+		if only == "" || only == n {
+			out = append(out, exportPolicy{name: n, agents: set.agents(n)})
+		}
+	}
+	if only != "" && len(out) == 0 {
+		if _, ok := set.byName[only]; ok {
+			return nil, fmt.Errorf("--policy %s: a %s policy, not trained: its calls never train", only, set.byName[only].Kind)
+		}
+		return nil, fmt.Errorf("--policy %s: no such policy (have %q)", only, set.names)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("policies: no policy of kind %s: nothing to export", policyTrained)
+	}
+	return out, nil
 }
 
 // stringList is a repeatable string flag.

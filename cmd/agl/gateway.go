@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -131,7 +132,10 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	m := metrics.New(metrics.Options{Store: st, Runtime: true, CallsFromEvents: true})
 	raw := st
 	st = m.WrapStore(st)
-	l, err := openLLM(ctx, c, st, log)
+	l, err := openPolicies(ctx, c, filepath.Dir(fs.Lookup("config").Value.String()), st, log)
+	if err == nil && l == nil {
+		l, err = openLLM(ctx, c, st, log)
+	}
 	if err != nil {
 		return err
 	}
@@ -142,9 +146,7 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	opt.Shared, _ = raw.(store.Shared)
 	if l != nil {
 		opt.LLM = l.Proxy
-		if l.Engine != nil {
-			defer l.Engine.Close()
-		}
+		defer l.close()
 		if l.Upstream != nil {
 			// The routing table follows the model registry: at once for a
 			// registration through this gateway, by polling for the others.
@@ -165,10 +167,11 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	var tok dashboard.Decoder
+	var toks map[string]dashboard.Decoder
 	if l != nil && l.Format != nil {
-		tok = l.Format.Tokenizer()
+		tok, toks = l.Format.Tokenizer(), l.tokenizers
 	}
-	dashboard.New(dashboard.Options{Store: st, AdminKey: c.Gateway.AdminKey, Status: srv.Status, Tokenizer: tok, Logger: log}).Register(srv.Handle)
+	dashboard.New(dashboard.Options{Store: st, AdminKey: c.Gateway.AdminKey, Status: srv.Status, Tokenizer: tok, Tokenizers: toks, Logger: log}).Register(srv.Handle)
 	otlp.Mount(srv, otlp.NewHandler(st, otlp.WithAuthorize(srv.IsAdmin), otlp.WithObserver(m.ObserveSpans), otlp.WithLogger(log)))
 	if c.Gateway.AdminKey == "" {
 		log.Warn("no admin key set: the API is open to anyone on this machine, so the gateway listens on loopback only (set AGL_ADMIN_KEY to listen elsewhere)")

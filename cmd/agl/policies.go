@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/dashboard"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/model"
 	"github.com/aglrl/agl/proxy"
@@ -48,9 +51,10 @@ type policySet struct {
 }
 
 // checkPolicies validates the `policies:` section against the rest of the
-// config (engine, proxy.agents, trainer.train_agents), so that `agl train`
-// refuses a bad one before anything runs.
-func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[string]string, trainAgents []string) (*policySet, error) {
+// config (engine, proxy.agents, trainer.train_agents), so that `agl train`,
+// `agl gateway` and `agl export` refuse a bad one before anything runs.
+// With needTrained (agl train) one policy must be of kind trained.
+func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[string]string, trainAgents []string, needTrained bool) (*policySet, error) {
 	set := &policySet{byName: ps, agentOf: map[string]string{}}
 	for name := range ps {
 		set.names = append(set.names, name)
@@ -98,7 +102,7 @@ func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[
 			set.agentOf[a] = name
 		}
 	}
-	if trained == 0 {
+	if trained == 0 && needTrained {
 		return nil, fmt.Errorf("policies: no policy of kind %s: nothing to train", policyTrained)
 	}
 	models := make([]string, 0, len(proxyAgents))
@@ -121,6 +125,17 @@ func (s *policySet) agents(name string) []string {
 	return a
 }
 
+// trained lists the names of the trained policies (sorted).
+func (s *policySet) trained() []string {
+	var out []string
+	for _, n := range s.names {
+		if s.byName[n].Kind == policyTrained {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // served is what `agl train` serves and trains: the trained policies, the
 // proxy's backend (an AgentRouter when there are policies), the chat
 // format of the dashboard's token view, and what to close.
@@ -129,6 +144,9 @@ type served struct {
 	backend proxy.Backend
 	format  chat.Format
 	engines []*model.Engine
+	// tokenizers decode each embedded policy's calls in the dashboard's
+	// token view (by policy name: its events' model).
+	tokenizers map[string]dashboard.Decoder
 	// pubs get the proxy once it exists (they pause and drain it).
 	pubs []*embeddedPublisher
 }
@@ -142,13 +160,16 @@ func (s *served) close() {
 	}
 }
 
-// trainOpts is how `agl train` opens its policies.
+// trainOpts is how `agl train` opens its policies; with serveOnly (agl
+// gateway) trained policies are served on their model_dir's weights like
+// frozen ones, and nothing trains.
 type trainOpts struct {
-	ec     engineConfig
-	tc     trainer.Config
-	resume bool
-	ckpt   string
-	live   bool
+	ec        engineConfig
+	tc        trainer.Config
+	resume    bool
+	ckpt      string
+	live      bool
+	serveOnly bool
 }
 
 // trained opens one trained embedded policy named name: weights from
@@ -241,6 +262,7 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 	sv := &served{}
 	byAgent := map[string]proxy.Backend{}
 	var def string // the agent whose backend answers ModelName and count_tokens
+	firstTrained := true
 	for _, name := range set.names {
 		pc := set.byName[name]
 		var b proxy.Backend
@@ -251,7 +273,12 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 				return sv, fmt.Errorf("policy %s: %w", name, err)
 			}
 			var eng *model.Engine
-			if pc.Kind == policyTrained {
+			if pc.Kind == policyTrained && firstTrained {
+				// The first trained policy answers count_tokens and
+				// names the tokenizer of the dashboard's token view.
+				def, sv.format, firstTrained = pc.Agents[0], f, false
+			}
+			if pc.Kind == policyTrained && !o.serveOnly {
 				p, e, err := o.trained(ctx, st, sv, name, pc.ModelDir, filepath.Join(o.ckpt, trainer.PolicyDir(name)),
 					trainer.PolicyVersion(state, name))
 				if err != nil {
@@ -259,11 +286,6 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 				}
 				eng = e
 				sv.pols = append(sv.pols, trainer.TrainedPolicy{Name: name, Agents: set.agents(name), Named: true, Policy: p})
-				if len(sv.pols) == 1 {
-					// The first trained policy answers count_tokens and
-					// names the tokenizer of the dashboard's token view.
-					def, sv.format = pc.Agents[0], f
-				}
 			} else {
 				if eng, err = model.OpenEngine(pc.ModelDir, o.ec.Backend, 1, o.ec.engineOptions(name)); err != nil {
 					return sv, fmt.Errorf("policy %s: %w", name, err)
@@ -277,6 +299,10 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 				sv.format = f
 			}
 			b = proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)
+			if sv.tokenizers == nil {
+				sv.tokenizers = map[string]dashboard.Decoder{}
+			}
+			sv.tokenizers[name] = f.Tokenizer()
 		case policyUpstream:
 			cl, err := upstream.New(*pc.Upstream)
 			if err != nil {
@@ -297,4 +323,49 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 	}
 	sv.backend = r
 	return sv, nil
+}
+
+// openPolicies serves the `policies:` section for `agl gateway`: every
+// agent's calls go to its policy (trained and frozen ones on their
+// model_dir's weights, relative to base, the config file's folder as in
+// agl train; upstream ones to their servers). Nothing trains here. It
+// returns nil when the config has no policies.
+func openPolicies(ctx context.Context, c config.Config, base string, st store.Store, log *slog.Logger) (*llm, error) {
+	var pols map[string]policyConfig
+	if err := c.Section("policies", &pols); err != nil {
+		return nil, err
+	}
+	if pols == nil {
+		return nil, nil
+	}
+	var ec engineConfig
+	var pc proxy.Config
+	for name, v := range map[string]any{"engine": &ec, "proxy": &pc} {
+		if err := c.Section(name, v); err != nil {
+			return nil, err
+		}
+	}
+	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	if err := pc.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	set, err := checkPolicies(pols, ec, pc.Agents, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	for _, n := range set.names {
+		if p := set.byName[n]; p.ModelDir != "" && !filepath.IsAbs(p.ModelDir) {
+			p.ModelDir = filepath.Join(base, p.ModelDir)
+			set.byName[n] = p
+		}
+	}
+	sv, err := trainOpts{ec: ec, serveOnly: true}.multi(ctx, st, set, trainer.State{Version: 1})
+	if err != nil {
+		sv.close()
+		return nil, err
+	}
+	for _, n := range set.names {
+		log.Info("policy served", "policy", n, "kind", set.byName[n].Kind, "agents", set.agents(n))
+	}
+	return &llm{Proxy: proxy.New(pc, st, sv.backend), Format: sv.format, engines: sv.engines, tokenizers: sv.tokenizers}, nil
 }

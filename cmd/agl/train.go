@@ -110,7 +110,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var pset *policySet
 	if pols != nil {
-		if pset, err = checkPolicies(pols, ec, pc.Agents, tc.TrainAgents); err != nil {
+		if pset, err = checkPolicies(pols, ec, pc.Agents, tc.TrainAgents, true); err != nil {
 			return fmt.Errorf("train: config %s: %w", cfgPath, err)
 		}
 		for _, n := range pset.names {
@@ -183,6 +183,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		logContext(log, e)
 	}
 	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	pc.RolloutSeeds = true
 	px := proxy.New(pc, st, sv.backend)
 	for _, p := range sv.pubs {
 		p.p = px
@@ -216,7 +217,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 	srv := gateway.New(gateway.Options{Store: st, AdminKey: key, LLM: px, MaxAbsReward: c.Gateway.MaxAbsReward, Logger: log, Version: version(), Wrap: met.Middleware,
 		MaxBodyBytes: c.Gateway.MaxBodyBytes, Limits: gatewayLimits(c.Gateway)})
 	srv.Handle("GET /metrics", met.Handler())
-	dashboard.New(dashboard.Options{Store: st, AdminKey: key, Status: srv.Status, Tokenizer: format.Tokenizer(), Logger: log}).Register(srv.Handle)
+	dashboard.New(dashboard.Options{Store: st, AdminKey: key, Status: srv.Status, Tokenizer: format.Tokenizer(), Tokenizers: sv.tokenizers, Logger: log}).Register(srv.Handle)
 	gwDone := make(chan error, 1)
 	go func() { gwDone <- srv.Serve(gctx, ln, 10*time.Second, nil) }()
 	url := "http://" + ln.Addr().String()
@@ -240,7 +241,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "  %s (%s) for agents %q\n", n, p.Kind, pset.agents(n))
 		}
 	}
-	fmt.Fprintf(stdout, "dashboard %s/ (log in with %s)\n", url, keyNote)
+	fmt.Fprintf(stdout, "dashboard %s/ (log in with %s)\nsampling seed %d (trainer.seed)\n", url, keyNote, loop.Seed())
 
 	sum, runErr := loop.Run(ctx)
 	stopController()

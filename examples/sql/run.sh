@@ -5,7 +5,8 @@
 # writer and the rewriter with RL (the checker frozen).
 #   examples/sql/run.sh                 (fresh run; removes examples/sql/run)
 #   examples/sql/run.sh --steps 6       (flags go to agl train)
-# CREDIT=broadcast runs the same with broadcast credit (default per_call).
+# CREDIT=broadcast runs the same with broadcast credit (default per_call),
+# on the same trainer.seed (agl.yaml), so both sample the same first step.
 # The warm start is kept in examples/sql/work/model; delete it to redo it.
 set -euo pipefail
 cd "$(dirname "$0")"
