@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/store/sqlite"
 	"github.com/aglrl/agl/trainer"
 )
 
@@ -304,7 +306,7 @@ trainer: {mode: async, max_staleness: %d, tasks: tasks.jsonl, steps: %d, tasks_p
 	t.Logf("killed after the checkpoint of step %d:\n%s", killedAt.Step, out.String())
 
 	// What the killed run left of the steps past its checkpoint.
-	st, err := openStore(ctx, config.Config{DataDir: dataDir})
+	st, err := openStoreAfterKill(t, ctx, dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,4 +430,40 @@ func TestTrainArgs(t *testing.T) {
 			t.Errorf("%q: err %v, want %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// openStoreAfterKill opens the store of a data dir whose agl process was
+// just SIGKILLed and waited for. Under load the data dir's lock was once
+// seen still held right after the wait (CI, -race); it retries for up to
+// 10 s and logs which processes hold the lock file meanwhile, so a real
+// leak of the lock shows who has it.
+func openStoreAfterKill(t *testing.T, ctx context.Context, dataDir string) (store.Store, error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	logged := false
+	for {
+		st, err := openStore(ctx, config.Config{DataDir: dataDir})
+		if err == nil || !errors.Is(err, sqlite.ErrLocked) || time.Now().After(deadline) {
+			return st, err
+		}
+		if !logged {
+			logged = true
+			t.Logf("store still locked after the kill: %v; holders: %s", err, lockHolders(filepath.Join(dataDir, "agl.db-lock")))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// lockHolders lists the processes with path open, from /proc.
+func lockHolders(path string) string {
+	var out []string
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil && target == path {
+			pid := strings.Split(fd, "/")[2]
+			cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+			out = append(out, pid+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	return strings.Join(out, "; ")
 }
