@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/aglrl/agl/internal/fixture"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,29 +66,22 @@ func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
 // qwen3 loads ../shared/fixtures/tokenizer/qwen3 (above the checkout).
 func qwen3(t *testing.T) *chat.ChatML {
 	t.Helper()
-	dir, _ := filepath.Abs(".")
-	for {
-		p := filepath.Join(dir, "shared", "fixtures", "tokenizer", "qwen3")
-		if _, err := os.Stat(filepath.Join(p, "tokenizer.json")); err == nil {
-			f, err := chat.LoadDir(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ml, ok := f.(*chat.ChatML)
-			if !ok {
-				t.Fatalf("%s is %T, want ChatML", p, f)
-			}
-			return ml
-		}
-		if up := filepath.Dir(dir); up != dir {
-			dir = up
-			continue
-		}
+	p, err := fixture.Tokenizer("qwen3")
+	if err != nil {
 		if os.Getenv("AGL_REQUIRE_CLIS") == "1" {
-			t.Fatal("no shared/fixtures/tokenizer/qwen3 above the package")
+			t.Fatal(err)
 		}
-		t.Skip("no shared/fixtures/tokenizer/qwen3 above the package")
+		t.Skip(err)
 	}
+	f, err := chat.LoadDir(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml, ok := f.(*chat.ChatML)
+	if !ok {
+		t.Fatalf("%s is %T, want ChatML", p, f)
+	}
+	return ml
 }
 
 // cliDir is the installed CLIs' bin folder (scripts/install-clis.sh);

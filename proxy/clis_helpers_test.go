@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/aglrl/agl/internal/fixture"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,21 +25,11 @@ import (
 // directory (the repository's sibling folder, wherever the checkout sits).
 func sharedFixture(t testing.TB, name string) string {
 	t.Helper()
-	dir, err := filepath.Abs(".")
+	p, err := fixture.Tokenizer(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		p := filepath.Join(dir, "shared", "fixtures", "tokenizer", name)
-		if _, err := os.Stat(filepath.Join(p, "tokenizer.json")); err == nil {
-			return p
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Fatalf("no shared/fixtures/tokenizer/%s/tokenizer.json above the package directory", name)
-		}
-		dir = up
-	}
+	return p
 }
 
 var qwen3Once struct {

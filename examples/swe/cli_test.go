@@ -5,6 +5,7 @@ package swe
 import (
 	"context"
 	"encoding/json"
+	"github.com/aglrl/agl/internal/fixture"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -44,29 +45,22 @@ func requireCLIs(t *testing.T) {
 // template with tool calls, which the CLIs need.
 func qwen3(t *testing.T) *chat.ChatML {
 	t.Helper()
-	dir, _ := filepath.Abs(".")
-	for {
-		p := filepath.Join(dir, "shared", "fixtures", "tokenizer", "qwen3")
-		if _, err := os.Stat(filepath.Join(p, "tokenizer.json")); err == nil {
-			f, err := chat.LoadDir(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ml, ok := f.(*chat.ChatML)
-			if !ok {
-				t.Fatalf("%s is %T, want ChatML", p, f)
-			}
-			return ml
+	p, err := fixture.Tokenizer("qwen3")
+	if err != nil {
+		if os.Getenv("AGL_REQUIRE_CLIS") == "1" {
+			t.Fatal(err)
 		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			if os.Getenv("AGL_REQUIRE_CLIS") == "1" {
-				t.Fatal("no shared/fixtures/tokenizer/qwen3 above the package")
-			}
-			t.Skip("no shared/fixtures/tokenizer/qwen3 above the package")
-		}
-		dir = up
+		t.Skip(err)
 	}
+	f, err := chat.LoadDir(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml, ok := f.(*chat.ChatML)
+	if !ok {
+		t.Fatalf("%s is %T, want ChatML", p, f)
+	}
+	return ml
 }
 
 // TestCLIConfigs runs the example's own agl.codex.yaml and agl.claude.yaml

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/aglrl/agl/internal/fixture"
 	"io"
 	"net"
 	"net/http"
@@ -48,21 +49,11 @@ func build(t *testing.T) string {
 // directory (the Qwen3 tokenizer.json, a model dir without weights).
 func qwen3Dir(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(".")
+	p, err := fixture.Tokenizer("qwen3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		p := filepath.Join(dir, "shared", "fixtures", "tokenizer", "qwen3")
-		if _, err := os.Stat(filepath.Join(p, "tokenizer.json")); err == nil {
-			return p
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			t.Fatal("no shared/fixtures/tokenizer/qwen3 above the package directory")
-		}
-		dir = up
-	}
+	return p
 }
 
 // upstream is a loopback vLLM-format server (token mode: /v1/completions
