@@ -1,5 +1,5 @@
 """Text-to-SQL tasks for agl's multi-agent example: a small SQLite shop
-database (customers, products, orders; seeded rows), questions from five
+database (customers, products, orders; seeded rows), questions from eight
 templates with their gold queries, and SFT demonstrations for the three
 agents of harness.py (writer, checker, rewriter), with exactly the prompts
 harness.py sends.
@@ -10,14 +10,23 @@ one of its two questions, picked at random, is held out: validation
 questions are questions no training task or demonstration asks, about
 values the training data names in the other template.
 
+A share of the demonstration rounds (--made-up, default half) asks about
+made-up values (names, cities, categories, products that are not in the
+database and that no task names), so that the warm start learns to copy
+the value from the question into the query, as a pretrained base model
+would, instead of memorising one query per training question; only the
+writer and the rewriter get those rounds (the checker's verdict depends on
+the database's rows).
+
 The demonstrations are a habit to improve on, as a base model would have
-one: the writer often uses the singular table name ("customer" for
-"customers") or skips the join a question needs; the rewriter, shown the
-failing query and its error, fixes it only part of the time; the checker
+one: the writer mostly (80%, --writer-ok) uses the singular table name
+("customer" for "customers") or skips the join a question needs; the
+rewriter, shown the failing query and its error, fixes it only 30% of
+the time (--rewriter-ok); the checker
 (kept frozen in training) says WRONG on an error or an empty result, else
 OK.
 
-usage: python3 make_data.py OUTDIR [--sft N] [--writer-ok F] [--rewriter-ok F]
+usage: python3 make_data.py OUTDIR [--sft N] [--writer-ok F] [--rewriter-ok F] [--made-up F]
 writes OUTDIR/shop.db, train.jsonl, val.jsonl, sft.jsonl
 """
 import argparse, json, os, random, sqlite3
@@ -62,33 +71,56 @@ def build_db(path):
 
 
 # Templates: (name, slot values, question, gold SQL, the writer's habitual
-# mistake). Templates 2k and 2k+1 share their slot values.
+# mistake). Templates 2k and 2k+1 share their slot values. A question
+# quotes its value as the query does ('Oslo'), so both hold the same
+# tokens (the BPE's pre-tokenizer splits " Oslo" and " 'Oslo'" into
+# different pieces): the model copies the value rather than translating it.
 TEMPLATES = [
-    ("city-count", CITIES, "How many customers live in {v}?",
+    ("city-count", CITIES, "How many customers live in '{v}'?",
      "SELECT COUNT(*) FROM customers WHERE city = '{v}'",
      "SELECT COUNT(*) FROM customer WHERE city = '{v}'"),
-    ("city-names", CITIES, "Who lives in {v}?",
+    ("city-names", CITIES, "Who lives in '{v}'?",
      "SELECT name FROM customers WHERE city = '{v}'",
      "SELECT name FROM customer WHERE city = '{v}'"),
-    ("category-names", CATEGORIES, "List the {v} products.",
+    ("category-names", CATEGORIES, "List the '{v}' products.",
      "SELECT name FROM products WHERE category = '{v}'",
      "SELECT name FROM product WHERE category = '{v}'"),
-    ("category-count", CATEGORIES, "How many {v} products are there?",
+    ("category-count", CATEGORIES, "How many '{v}' products are there?",
      "SELECT COUNT(*) FROM products WHERE category = '{v}'",
      "SELECT COUNT(*) FROM product WHERE category = '{v}'"),
-    ("customer-items", FIRST, "How many items did {v} order?",
+    ("customer-items", FIRST, "How many items did '{v}' order?",
      "SELECT SUM(qty) FROM orders JOIN customers ON customer_id = customers.id WHERE name = '{v}'",
      "SELECT SUM(qty) FROM orders WHERE name = '{v}'"),
-    ("customer-city", FIRST, "Where does {v} live?",
+    ("customer-city", FIRST, "Where does '{v}' live?",
      "SELECT city FROM customers WHERE name = '{v}'",
      "SELECT city FROM customer WHERE name = '{v}'"),
-    ("product-orders", PRODUCTS, "How many orders are for {v}?",
+    ("product-orders", PRODUCTS, "How many orders are for '{v}'?",
      "SELECT COUNT(*) FROM orders JOIN products ON product_id = products.id WHERE name = '{v}'",
      "SELECT COUNT(*) FROM orders WHERE name = '{v}'"),
-    ("product-price", PRODUCTS, "What does {v} cost?",
+    ("product-price", PRODUCTS, "What does '{v}' cost?",
      "SELECT price FROM products WHERE name = '{v}'",
      "SELECT price FROM product WHERE name = '{v}'"),
 ]
+
+
+def made_up(n, seed=5):
+    """n made-up values per slot kind (the values list of a template, by
+    identity), none of them a real value of any kind: capitalised like
+    the real names and cities, lower case like categories and products."""
+    r = random.Random(seed)
+    real = set(CITIES) | set(CATEGORIES) | set(FIRST) | set(PRODUCTS)
+    out = {}
+    for kind in (CITIES, CATEGORIES, FIRST, PRODUCTS):
+        vals = []
+        while len(vals) < n:
+            w = "".join(r.choice("bcdfghjklmnprstvwz") + r.choice("aeiou") for _ in range(r.randint(1, 3)))
+            w = w[: r.randint(2, len(w))] if len(w) > 3 else w
+            w = w.capitalize() if kind[0][0].isupper() else w
+            if w not in real and w not in vals and len(w) >= 2:
+                vals.append(w)
+        real |= set(vals)
+        out[id(kind)] = vals
+    return out
 
 
 def split_values():
@@ -122,19 +154,25 @@ def checker_user(q, sql, res):
     return f"Question: {q}\nQuery: {sql}\nResult: {res}"
 
 
-def demos(db, pairs, n, writer_ok, rewriter_ok):
+def demos(db, pairs, n, writer_ok, rewriter_ok, made_up_share=0.0):
     r = random.Random(3)
+    fake = made_up(200)
     for _ in range(n):
         ti, v = pairs[r.randrange(len(pairs))]
+        made = r.random() < made_up_share
+        if made:  # the same template, a value no task names
+            vals = fake[id(TEMPLATES[ti][1])]
+            v = vals[r.randrange(len(vals))]
         t = task(ti, v)
         bad = TEMPLATES[ti][4].format(v=v)
         wrote = t["gold"] if r.random() < writer_ok else bad
         yield {"messages": [{"role": "system", "content": WRITER}, {"role": "user", "content": t["question"]},
                             {"role": "assistant", "content": wrote}]}
-        res = run(db, wrote)
-        verdict = "WRONG" if res.startswith("error") or res == "[]" or res == "[[null]]" else "OK"
-        yield {"messages": [{"role": "system", "content": CHECKER}, {"role": "user", "content": checker_user(t["question"], wrote, res)},
-                            {"role": "assistant", "content": verdict}]}
+        if not made:
+            res = run(db, wrote)
+            verdict = "WRONG" if res.startswith("error") or res == "[]" or res == "[[null]]" else "OK"
+            yield {"messages": [{"role": "system", "content": CHECKER}, {"role": "user", "content": checker_user(t["question"], wrote, res)},
+                                {"role": "assistant", "content": verdict}]}
         bres = run(db, bad)
         fixed = t["gold"] if r.random() < rewriter_ok else bad
         yield {"messages": [{"role": "system", "content": REWRITER}, {"role": "user", "content": checker_user(t["question"], bad, bres)},
@@ -145,8 +183,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--sft", type=int, default=1500, help="demonstration rounds (one per agent each)")
-    ap.add_argument("--writer-ok", type=float, default=0.4, help="share of writer demonstrations with the gold query")
-    ap.add_argument("--rewriter-ok", type=float, default=0.4, help="share of rewriter demonstrations that fix the query")
+    ap.add_argument("--writer-ok", type=float, default=0.2, help="share of writer demonstrations with the gold query")
+    ap.add_argument("--rewriter-ok", type=float, default=0.3, help="share of rewriter demonstrations that fix the query")
+    ap.add_argument("--made-up", type=float, default=0.5, help="share of demonstration rounds about made-up values (writer and rewriter only)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     dbpath = os.path.join(a.out, "shop.db")
@@ -164,7 +203,7 @@ def main():
     write("train.jsonl", (task(*p) for p in train))
     r.shuffle(val)
     write("val.jsonl", (task(*p) for p in val))
-    write("sft.jsonl", demos(db, train, a.sft, a.writer_ok, a.rewriter_ok))
+    write("sft.jsonl", demos(db, train, a.sft, a.writer_ok, a.rewriter_ok, a.made_up))
 
 
 if __name__ == "__main__":

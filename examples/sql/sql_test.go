@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,44 @@ func TestMakeData(t *testing.T) {
 		}
 		if !trainV[value(x.ID)] {
 			t.Errorf("val task %s names a value no training task names", x.ID)
+		}
+	}
+	// Half the demonstration rounds ask about made-up values: the writer
+	// and the rewriter copy a value into the query that no task, no other
+	// kind of slot and no row of the database holds; the checker's
+	// demonstrations name real values only.
+	var demo struct {
+		Messages []struct{ Role, Content string }
+	}
+	real := map[string]bool{}
+	for _, x := range append(train, val...) {
+		real[value(x.ID)] = true
+	}
+	quoted := regexp.MustCompile(`'([^']*)'`)
+	madeUp := map[string]map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(sft)), "\n") {
+		if err := json.Unmarshal([]byte(line), &demo); err != nil {
+			t.Fatal(err)
+		}
+		system, user := demo.Messages[0].Content, demo.Messages[1].Content
+		m := quoted.FindStringSubmatch(user)
+		if m == nil {
+			t.Fatalf("demonstration question without a quoted value: %q", user)
+		}
+		if madeUp[system] == nil {
+			madeUp[system] = map[string]bool{}
+		}
+		if !real[m[1]] {
+			madeUp[system][m[1]] = true
+		}
+		if reply := demo.Messages[2].Content; system != "Reply OK or WRONG." && !strings.Contains(reply, "'"+m[1]+"'") {
+			t.Errorf("%q answers %q without its value %q", user, reply, m[1])
+		}
+	}
+	for system, vals := range madeUp {
+		n := len(vals)
+		if system == "Reply OK or WRONG." && n > 0 || system != "Reply OK or WRONG." && n < 40 {
+			t.Errorf("%d made-up values in the demonstrations of %q", n, system)
 		}
 	}
 	py := `import json, sqlite3, sys

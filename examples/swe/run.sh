@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export GOEXPERIMENT=${GOEXPERIMENT-simd}
+# The harness starts once per rollout: run the real interpreter, not a
+# version manager's shim in front of it (pyenv's costs ~0.6 s of CPU a start).
+PATH="$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$PATH"
 mkdir -p work
 go build -o work/agl ../../cmd/agl
 [ -f work/train.jsonl ] || python3 gen.py work --seed ${SEED:-1}
