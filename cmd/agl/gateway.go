@@ -107,6 +107,7 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	load := configFlags(fs)
 	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080; env AGL_LISTEN)")
 	adminKey := fs.String("admin-key", "", "admin key guarding the API (env AGL_ADMIN_KEY; prefer the env var: flags show in ps)")
+	warmStart := fs.Bool("warm-start", false, "with policies: serve trained policies on their model_dir's weights even when the data dir holds an agl train checkpoint of them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
 	m := metrics.New(metrics.Options{Store: st, Runtime: true, CallsFromEvents: true})
 	raw := st
 	st = m.WrapStore(st)
-	l, err := openPolicies(ctx, c, filepath.Dir(fs.Lookup("config").Value.String()), st, log)
+	l, err := openPolicies(ctx, c, filepath.Dir(fs.Lookup("config").Value.String()), *warmStart, st, log)
 	if err == nil && l == nil {
 		l, err = openLLM(ctx, c, st, log)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -149,6 +150,20 @@ type served struct {
 	tokenizers map[string]dashboard.Decoder
 	// pubs get the proxy once it exists (they pause and drain it).
 	pubs []*embeddedPublisher
+	// weights are the served-only embedded policies' weights (agl gateway).
+	weights []servedWeights
+}
+
+// servedWeights is where an embedded policy that is served, not trained,
+// took its weights from, and the version its calls record.
+type servedWeights struct {
+	policy, dir string
+	version     int64
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func (s *served) close() {
@@ -161,8 +176,10 @@ func (s *served) close() {
 }
 
 // trainOpts is how `agl train` opens its policies; with serveOnly (agl
-// gateway) trained policies are served on their model_dir's weights like
-// frozen ones, and nothing trains.
+// gateway) trained policies are served like frozen ones, and nothing
+// trains: on the weights of ckpt (the data dir's checkpoint of an agl
+// train run, at the version it reached) when it holds the policy, else on
+// their model_dir's at version 1.
 type trainOpts struct {
 	ec        engineConfig
 	tc        trainer.Config
@@ -287,11 +304,17 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 				eng = e
 				sv.pols = append(sv.pols, trainer.TrainedPolicy{Name: name, Agents: set.agents(name), Named: true, Policy: p})
 			} else {
-				if eng, err = model.OpenEngine(pc.ModelDir, o.ec.Backend, 1, o.ec.engineOptions(name)); err != nil {
+				dir, version := pc.ModelDir, int64(1)
+				if d := filepath.Join(o.ckpt, trainer.PolicyDir(name)); pc.Kind == policyTrained && o.ckpt != "" && fileExists(filepath.Join(d, "model.safetensors")) {
+					// agl gateway after agl train: the run's trained weights.
+					dir, version = d, trainer.PolicyVersion(state, name)
+				}
+				if eng, err = model.OpenEngine(dir, o.ec.Backend, version, o.ec.engineOptions(name)); err != nil {
 					return sv, fmt.Errorf("policy %s: %w", name, err)
 				}
 				sv.engines = append(sv.engines, eng)
-				if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: 1, Weights: pc.ModelDir}); err != nil && !errors.Is(err, store.ErrConflict) {
+				sv.weights = append(sv.weights, servedWeights{policy: name, dir: dir, version: version})
+				if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: version, Weights: dir}); err != nil && !errors.Is(err, store.ErrConflict) {
 					return sv, err
 				}
 			}
@@ -326,11 +349,13 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 }
 
 // openPolicies serves the `policies:` section for `agl gateway`: every
-// agent's calls go to its policy (trained and frozen ones on their
-// model_dir's weights, relative to base, the config file's folder as in
-// agl train; upstream ones to their servers). Nothing trains here. It
-// returns nil when the config has no policies.
-func openPolicies(ctx context.Context, c config.Config, base string, st store.Store, log *slog.Logger) (*llm, error) {
+// agent's calls go to its policy (frozen ones on their model_dir's
+// weights, relative to base, the config file's folder as in agl train;
+// trained ones on the data dir's checkpoint of an agl train run when it
+// holds them, at the version the run reached, unless warmStart, else on
+// their model_dir's; upstream ones to their servers). Nothing trains
+// here. It returns nil when the config has no policies.
+func openPolicies(ctx context.Context, c config.Config, base string, warmStart bool, st store.Store, log *slog.Logger) (*llm, error) {
 	var pols map[string]policyConfig
 	if err := c.Section("policies", &pols); err != nil {
 		return nil, err
@@ -359,13 +384,26 @@ func openPolicies(ctx context.Context, c config.Config, base string, st store.St
 			set.byName[n] = p
 		}
 	}
-	sv, err := trainOpts{ec: ec, serveOnly: true}.multi(ctx, st, set, trainer.State{Version: 1})
+	o, state := trainOpts{ec: ec, serveOnly: true}, trainer.State{Version: 1}
+	if ckpt := trainer.CheckpointDir(c.DataDir); !warmStart && fileExists(filepath.Join(ckpt, "state.json")) {
+		if state, err = trainer.LoadState(ckpt); err != nil {
+			return nil, fmt.Errorf("policies: the checkpoint of %s: %w (--warm-start serves the policies' model_dir)", c.DataDir, err)
+		}
+		o.ckpt = ckpt
+	}
+	sv, err := o.multi(ctx, st, set, state)
 	if err != nil {
 		sv.close()
 		return nil, err
 	}
 	for _, n := range set.names {
-		log.Info("policy served", "policy", n, "kind", set.byName[n].Kind, "agents", set.agents(n))
+		args := []any{"policy", n, "kind", set.byName[n].Kind, "agents", set.agents(n)}
+		for _, w := range sv.weights {
+			if w.policy == n {
+				args = append(args, "weights", w.dir, "version", w.version)
+			}
+		}
+		log.Info("policy served", args...)
 	}
 	return &llm{Proxy: proxy.New(pc, st, sv.backend), Format: sv.format, engines: sv.engines, tokenizers: sv.tokenizers}, nil
 }

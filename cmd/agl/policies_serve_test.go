@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -154,5 +155,124 @@ proxy:
 		if err == nil || !strings.Contains(stderr, tc.want) {
 			t.Errorf("export %q: %v, stderr %q, want %q", tc.args, err, stderr, tc.want)
 		}
+	}
+}
+
+// TestGatewayServesCheckpoint: after agl train, `agl gateway` on the same
+// config serves a trained policy on the run's checkpoint (the data dir's
+// checkpoint/policies/NAME, at the version the run reached), a frozen one
+// on its model_dir; --warm-start serves the trained one on its model_dir
+// at version 1. The checkpoint here is a short SFT of the warm start that
+// makes its greedy reply "yes".
+func TestGatewayServesCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the agl binary")
+	}
+	bin, err := buildAgl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, m := range []string{"wmodel", "cmodel"} {
+		if _, stderr, err := aglRun(bin, "model", "init", "--preset", "tiny", "--out", filepath.Join(dir, m)); err != nil {
+			t.Fatalf("model init: %v\n%s", err, stderr)
+		}
+	}
+	data := filepath.Join(dir, "sft.jsonl")
+	os.WriteFile(data, []byte(`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yes"}]}`+"\n"), 0o644)
+	dataDir := filepath.Join(dir, "run")
+	wckpt := filepath.Join(dataDir, "checkpoint", "policies", "w")
+	if _, stderr, err := aglRun(bin, "sft", "--model", filepath.Join(dir, "wmodel"), "--data", data, "--out", wckpt,
+		"--steps", "40", "--batch-size", "1", "--lr", "0.01"); err != nil {
+		t.Fatalf("sft: %v\n%s", err, stderr)
+	}
+	os.WriteFile(filepath.Join(dataDir, "checkpoint", "state.json"), []byte(`{"step":3,"version":4,"cursor":9,"versions":{"w":4},"seed":1}`), 0o644)
+	cfg := filepath.Join(dir, "agl.yaml")
+	os.WriteFile(cfg, []byte(`data_dir: run
+policies:
+  w: {kind: trained, model_dir: wmodel, agents: [writer]}
+  c: {kind: frozen, model_dir: cmodel, agents: [checker]}
+`), 0o644)
+
+	type served struct {
+		version int64
+		reply   string
+	}
+	call := func(args ...string) map[string]served {
+		addr := freeAddr(t)
+		gw := startGateway(t, bin, dataDir, addr, append([]string{"--config", cfg}, args...)...)
+		defer func() { gw.Process.Kill(); gw.Wait() }()
+		cl := api.NewClient("http://"+addr, "crash-key")
+		id := fmt.Sprintf("r%d", time.Now().UnixNano())
+		if _, err := cl.CreateRollouts(ctx, []store.NewRollout{{ID: id, Task: json.RawMessage(`{}`), Mode: store.ModeVal}}); err != nil {
+			t.Fatal(err)
+		}
+		claim, ok, err := cl.Claim(ctx, store.ClaimRequest{WorkerID: "t", Mode: store.ModeVal})
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		out := map[string]served{}
+		for _, agent := range []string{"writer", "checker"} {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/r/"+id+"/"+claim.Attempt.ID+"/agents/"+agent+"/v1/chat/completions",
+				strings.NewReader(`{"model":"agl","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":"hi"}]}`))
+			req.Header.Set("Authorization", "Bearer "+claim.Key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body struct {
+				Choices []struct{ Message struct{ Content string } }
+			}
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || len(body.Choices) != 1 {
+				t.Fatalf("%s: status %d, %v", agent, resp.StatusCode, err)
+			}
+			out[agent] = served{reply: body.Choices[0].Message.Content}
+		}
+		evs, err := cl.ListEvents(ctx, store.EventFilter{RolloutID: id, Types: []string{store.EventModelRequest}})
+		if err != nil || len(evs) != 2 {
+			t.Fatalf("%d model calls recorded (%v), want 2", len(evs), err)
+		}
+		for _, ev := range evs {
+			var mc api.ModelCall
+			json.Unmarshal(ev.Data, &mc)
+			s := out[mc.Agent]
+			s.version = mc.ModelVersion
+			out[mc.Agent] = s
+		}
+		return out
+	}
+
+	ckpt := call()
+	if w := ckpt["writer"]; w.version != 4 || w.reply != "yes" {
+		t.Errorf("writer served %+v, want the checkpoint's reply \"yes\" at its version 4", w)
+	}
+	if c := ckpt["checker"]; c.version != 1 {
+		t.Errorf("frozen checker served at version %d, want 1", c.version)
+	}
+	warm := call("--warm-start")
+	if w := warm["writer"]; w.version != 1 || w.reply == "yes" {
+		t.Errorf("--warm-start: writer served %+v, want the model_dir's weights at version 1", w)
+	}
+	if warm["checker"] != ckpt["checker"] {
+		t.Errorf("frozen checker: %+v with the checkpoint, %+v with --warm-start: want the same model_dir's", ckpt["checker"], warm["checker"])
+	}
+
+	// A damaged checkpoint is refused with a message naming it, not
+	// served from the warm start in silence.
+	os.WriteFile(filepath.Join(dataDir, "checkpoint", "state.json"), []byte(`{"step":`), 0o644)
+	var errb strings.Builder
+	gw := exec.CommandContext(ctx, bin, "gateway", "--config", cfg, "--listen", freeAddr(t))
+	gw.Stderr = &errb
+	gw.WaitDelay = time.Second
+	done := time.AfterFunc(30*time.Second, func() { gw.Process.Kill() }) // a gateway that started anyway
+	err = gw.Run()
+	done.Stop()
+	stderr := errb.String()
+	if err == nil || !strings.Contains(stderr, "checkpoint") || !strings.Contains(stderr, "--warm-start") {
+		t.Errorf("gateway on a damaged checkpoint: %v, stderr %q: want a refusal naming the checkpoint and --warm-start", err, stderr)
 	}
 }
