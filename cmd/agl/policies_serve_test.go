@@ -18,6 +18,26 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
+// policyModels builds agl and makes two tiny models in a temp dir, wmodel
+// and cmodel, for configs with a trained writer and a frozen checker.
+func policyModels(t *testing.T) (bin, dir string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the agl binary")
+	}
+	bin, err := buildAgl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	for _, m := range []string{"wmodel", "cmodel"} {
+		if _, stderr, err := aglRun(bin, "model", "init", "--preset", "tiny", "--out", filepath.Join(dir, m)); err != nil {
+			t.Fatalf("model init: %v\n%s", err, stderr)
+		}
+	}
+	return bin, dir
+}
+
 // TestGatewayExportPolicies runs the built `agl gateway` on a config with
 // a `policies:` section (the writer trained, the checker frozen, each on
 // an embedded model of its own, paths relative to the config file): each
@@ -26,21 +46,9 @@ import (
 // the frozen checker's masked; it refuses --policy of a frozen policy and
 // --train-agent beside policies.
 func TestGatewayExportPolicies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the agl binary")
-	}
-	bin, err := buildAgl()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
+	bin, dir := policyModels(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, m := range []string{"wmodel", "cmodel"} {
-		if _, stderr, err := aglRun(bin, "model", "init", "--preset", "tiny", "--out", filepath.Join(dir, m)); err != nil {
-			t.Fatalf("model init: %v\n%s", err, stderr)
-		}
-	}
 	cfg := filepath.Join(dir, "agl.yaml")
 	os.WriteFile(cfg, []byte(`policies:
   w: {kind: trained, model_dir: wmodel, agents: [writer]}
@@ -165,21 +173,9 @@ proxy:
 // at version 1. The checkpoint here is a short SFT of the warm start that
 // makes its greedy reply "yes".
 func TestGatewayServesCheckpoint(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the agl binary")
-	}
-	bin, err := buildAgl()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
+	bin, dir := policyModels(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	for _, m := range []string{"wmodel", "cmodel"} {
-		if _, stderr, err := aglRun(bin, "model", "init", "--preset", "tiny", "--out", filepath.Join(dir, m)); err != nil {
-			t.Fatalf("model init: %v\n%s", err, stderr)
-		}
-	}
 	data := filepath.Join(dir, "sft.jsonl")
 	os.WriteFile(data, []byte(`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yes"}]}`+"\n"), 0o644)
 	dataDir := filepath.Join(dir, "run")
@@ -269,7 +265,7 @@ policies:
 	gw.Stderr = &errb
 	gw.WaitDelay = time.Second
 	done := time.AfterFunc(30*time.Second, func() { gw.Process.Kill() }) // a gateway that started anyway
-	err = gw.Run()
+	err := gw.Run()
 	done.Stop()
 	stderr := errb.String()
 	if err == nil || !strings.Contains(stderr, "checkpoint") || !strings.Contains(stderr, "--warm-start") {
