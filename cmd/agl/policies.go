@@ -161,6 +161,7 @@ type servedWeights struct {
 	version     int64
 }
 
+// fileExists tells whether p is a regular file.
 func fileExists(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular()
