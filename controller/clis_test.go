@@ -64,25 +64,7 @@ func (e *scriptEngine) Version() int64    { return 1 }
 func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
 
 // qwen3 loads ../shared/fixtures/tokenizer/qwen3 (above the checkout).
-func qwen3(t *testing.T) *chat.ChatML {
-	t.Helper()
-	p, err := fixture.Tokenizer("qwen3")
-	if err != nil {
-		if os.Getenv("AGL_REQUIRE_CLIS") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	f, err := chat.LoadDir(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ml, ok := f.(*chat.ChatML)
-	if !ok {
-		t.Fatalf("%s is %T, want ChatML", p, f)
-	}
-	return ml
-}
+func qwen3(t *testing.T) *chat.ChatML { return fixture.CLITemplate(t, "qwen3") }
 
 // cliDir is the installed CLIs' bin folder (scripts/install-clis.sh);
 // without them the test skips, except with AGL_REQUIRE_CLIS=1 or CI.

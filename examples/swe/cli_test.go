@@ -43,25 +43,7 @@ func requireCLIs(t *testing.T) {
 
 // qwen3 loads shared/fixtures/tokenizer/qwen3 from above the checkout: a
 // template with tool calls, which the CLIs need.
-func qwen3(t *testing.T) *chat.ChatML {
-	t.Helper()
-	p, err := fixture.Tokenizer("qwen3")
-	if err != nil {
-		if os.Getenv("AGL_REQUIRE_CLIS") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	f, err := chat.LoadDir(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ml, ok := f.(*chat.ChatML)
-	if !ok {
-		t.Fatalf("%s is %T, want ChatML", p, f)
-	}
-	return ml
-}
+func qwen3(t *testing.T) *chat.ChatML { return fixture.CLITemplate(t, "qwen3") }
 
 // TestCLIConfigs runs the example's own agl.codex.yaml and agl.claude.yaml
 // (their controller and proxy sections as agl train reads them; cli.py
