@@ -178,14 +178,13 @@ func TestCLIConfigs(t *testing.T) {
 	}
 }
 
-// demoTask is a train task with its demonstration.
+// demoTask is a train task with its solution (the demonstration of its fix).
 func demoTask(t *testing.T, dir string) (task, demo) {
 	t.Helper()
 	ms := muts(t, dir)
-	demos := readJSONL[demo](t, filepath.Join(dir, "sft.jsonl"))
 	for _, x := range readJSONL[task](t, filepath.Join(dir, "train.jsonl")) {
-		if i := ms[x.ID].Demo; i != nil {
-			return x, demos[*i]
+		if s := ms[x.ID].Solution; s != nil {
+			return x, *s
 		}
 	}
 	t.Fatal("no train task with its demonstration")

@@ -14,12 +14,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -75,10 +77,10 @@ type task struct {
 }
 
 type mutation struct {
-	ID   string `json:"id"`
-	File string `json:"file"`
-	Line int    `json:"line"`
-	Demo *int   `json:"demo"`
+	ID       string `json:"id"`
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+	Solution *demo  `json:"solution"`
 }
 
 type demo struct {
@@ -131,7 +133,7 @@ func generate(t *testing.T) string {
 			genDirs[i] = filepath.Join(root, string(rune('a'+i)))
 			cwd, _ := os.Getwd()
 			out, err := exec.Command(py, "gen.py", genDirs[i], "--modules", "dates,strutil", "--val-modules", "1",
-				"--per-module", "3", "--candidates", "10", "--seed", "7", "--base", cwd).CombinedOutput()
+				"--per-module", "3", "--train-per-module", "3", "--candidates", "10", "--variants", "2", "--variant-demos", "2", "--seed", "7", "--base", cwd).CombinedOutput()
 			if err != nil {
 				genErr = errors.New("gen.py: " + err.Error() + "\n" + string(out))
 				return
@@ -212,12 +214,82 @@ func TestGen(t *testing.T) {
 		}
 	}
 	// Every demonstration ends with submit after the reproduction printed
-	// the expected output.
+	// the expected output. Those on renamed variants (--variants 2) name a
+	// module lib/ does not have, and none shows a val module's code.
+	libMods := map[string]bool{}
+	valDefs := map[string]bool{}
+	entries, err := os.ReadDir("lib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range entries {
+		if mod, ok := strings.CutSuffix(f.Name(), ".py"); ok && !strings.HasPrefix(mod, "test_") {
+			libMods[mod] = true
+		}
+	}
+	for _, x := range val {
+		src, err := os.ReadFile(filepath.Join("lib", module(x)+".py"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(src), "\n") {
+			if name, ok := strings.CutPrefix(line, "def "); ok {
+				valDefs[name[:strings.Index(name, "(")]] = true
+			}
+		}
+	}
+	if len(valDefs) == 0 {
+		t.Fatal("no val functions found")
+	}
+	// No demonstration shows a task's mutation, even renamed: the listing
+	// of the mutated function and the fix, names blanked, differ from every
+	// task solution's.
+	ident := regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	shape := func(d demo) string {
+		return ident.ReplaceAllString(d.Messages[5].Content+"\n"+d.Messages[6].Content, "X")
+	}
+	solved := map[string]string{}
+	for _, x := range append(train, val...) {
+		if s := muts[x.ID].Solution; s != nil {
+			solved[shape(*s)] = x.ID
+		}
+	}
+	if len(solved) == 0 {
+		t.Fatal("no task has a solution")
+	}
+	variants, perVariant := 0, map[string]int{}
 	for i, d := range readJSONL[demo](t, filepath.Join(dir, "sft.jsonl")) {
+		if id, ok := solved[shape(d)]; ok {
+			t.Errorf("demonstration %d shows the fix of task %s: %q", i, id, d.Messages[6].Content)
+		}
+		st := d.Messages[1].Content
+		mod := st[strings.Index(st, " fails in ")+len(" fails in ") : strings.Index(st, ".py:")]
+		if !libMods[mod] {
+			variants++
+			perVariant[mod]++
+			if !strings.Contains(d.Messages[4].Content, "awk '/def ") || !strings.Contains(d.Messages[6].Content, "sed -i ") || !strings.Contains(d.Messages[6].Content, mod+".py") {
+				t.Errorf("variant demonstration %d on %s: %q / %q", i, mod, d.Messages[4].Content, d.Messages[6].Content)
+			}
+		}
+		for _, m := range d.Messages {
+			for name := range valDefs {
+				if strings.Contains(m.Content, name+"(") {
+					t.Errorf("demonstration %d shows the val function %s: %q", i, name, m.Content)
+				}
+			}
+		}
 		n := len(d.Messages)
 		want := d.Messages[1].Content[strings.Index(d.Messages[1].Content, "Expected output: ")+len("Expected output: "):]
 		if n != 11 || d.Messages[n-1].Content != "```bash\nsubmit\n```" || d.Messages[n-2].Content != want {
 			t.Errorf("demonstration %d: %d messages, ends %q / %q", i, n, d.Messages[n-2].Content, d.Messages[n-1].Content)
+		}
+	}
+	if variants == 0 {
+		t.Error("no demonstration on a renamed variant")
+	}
+	for mod, n := range perVariant {
+		if n > 2 { // --variant-demos 2
+			t.Errorf("variant %s has %d demonstrations, want at most 2", mod, n)
 		}
 	}
 }
@@ -282,6 +354,13 @@ func (e *scriptEngine) ModelName() string { return "script" }
 func (e *scriptEngine) Version() int64    { return 1 }
 func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
 
+func rewardString(r *float64) string {
+	if r == nil {
+		return "none"
+	}
+	return fmt.Sprint(*r)
+}
+
 func requireBwrap(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
@@ -302,22 +381,7 @@ func requireBwrap(t *testing.T) {
 func TestHarnessInSandbox(t *testing.T) {
 	requireBwrap(t)
 	dir := generate(t)
-	train := readJSONL[task](t, filepath.Join(dir, "train.jsonl"))
-	muts := map[string]mutation{}
-	for _, m := range readJSONL[mutation](t, filepath.Join(dir, "mutations.jsonl")) {
-		muts[m.ID] = m
-	}
-	demos := readJSONL[demo](t, filepath.Join(dir, "sft.jsonl"))
-	var tk task
-	var dm demo
-	for _, x := range train {
-		if i := muts[x.ID].Demo; i != nil && tk.ID == "" {
-			tk, dm = x, demos[*i]
-		}
-	}
-	if tk.ID == "" {
-		t.Fatal("no train task with its demonstration")
-	}
+	tk, dm := demoTask(t, dir)
 	var replies, observations []string
 	for _, m := range dm.Messages[2:] {
 		if m.Role == "assistant" {
@@ -355,8 +419,11 @@ func TestHarnessInSandbox(t *testing.T) {
 	cfg := controller.Config{GatewayURL: srv.URL, AdminKey: admin, Command: []string{python(t), "harness.py"}, Dir: cwd,
 		Env:               []string{"SWE_MAX_TOKENS=400"},
 		HeartbeatInterval: 200 * time.Millisecond, PollInterval: 50 * time.Millisecond, KillGrace: time.Second, Logger: quiet, Agl: exe,
+		// PYTHONDONTWRITEBYTECODE as in agl.yaml: a fix that keeps the line's
+		// length (!= to ==), made in the second the reproduction cached the
+		// module's bytecode, would otherwise run the stale bytecode.
 		Sandbox: controller.SandboxConfig{Limits: sandbox.Limits{Timeout: 15 * time.Second, MemoryBytes: 256 << 20, Processes: 64,
-			DiskBytes: 64 << 20, OutputBytes: 64 << 10}},
+			DiskBytes: 64 << 20, OutputBytes: 64 << 10}, Env: []string{"PYTHONDONTWRITEBYTECODE=1"}},
 		Tests: controller.TestsConfig{Timeout: 60 * time.Second}}
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -424,7 +491,11 @@ func TestHarnessInSandbox(t *testing.T) {
 				}
 			}
 			if r.Reward == nil || *r.Reward != tc.reward {
-				t.Fatalf("status %s reward %v, want %v (error %q; tests event %s)", r.Status, r.Reward, tc.reward, r.Error, testsEv)
+				eng.mu.Lock()
+				seen := eng.seen
+				eng.mu.Unlock()
+				t.Fatalf("status %s reward %s, want %v (error %q; tests event %s; the model's last prompt:\n%s)",
+					r.Status, rewardString(r.Reward), tc.reward, r.Error, testsEv, seen[len(seen)-1])
 			}
 			eng.mu.Lock()
 			prompts, left := eng.seen, len(eng.next)
