@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -397,8 +398,15 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	// A module the agent added at the top level under a standard-library
 	// name (unittest/, re.py) would be imported by the test runner itself,
 	// from the cwd, and could print passes: it is left out.
+	// Bytecode the agent's runs cached is left out too: a fix that keeps a
+	// file's size, made within the second its bytecode was written, would
+	// run the stale bytecode (Python checks a source's size and whole-second
+	// mtime); the tests compile the sources as they are.
 	stdlib := c.stdlib()
 	skip := func(rel string) bool {
+		if path.Base(rel) == "__pycache__" {
+			return true
+		}
 		if strings.Contains(rel, "/") || r.top[rel] {
 			return false
 		}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -403,6 +404,11 @@ func TestRepoRewardEqualsDirectRun(t *testing.T) {
 		{"no fix", "true", 0},
 		{"breaks mul", fixCmd + " && sed -i 's/return a \\* b/return a/' calc.py", 0},
 		{"syntax error", "echo 'def (' >> calc.py", 0},
+		// bytecode cached before the fix, which Python would run instead
+		// of the fixed source (unchecked-hash bytecode always; the usual
+		// kind when the fix keeps the file's size within the second)
+		{"fix after its bytecode was cached", "python3 -m compileall -q --invalidation-mode unchecked-hash calc.py && " + fixCmd +
+			" && ls __pycache__", 1},
 	}
 	ids := map[string]string{}
 	for _, c := range cases {
@@ -426,7 +432,8 @@ func TestRepoRewardEqualsDirectRun(t *testing.T) {
 			// The direct run.
 			dir := filepath.Join(t.TempDir(), "direct")
 			os.Mkdir(dir, 0o755)
-			if err := sandbox.CopyTree(filepath.Join(cfg.Sandbox.KeepWorkspaces, rid+"-"+r.Attempts[0].ID), dir, nil); err != nil {
+			noBytecode := func(rel string) bool { return path.Base(rel) == "__pycache__" }
+			if err := sandbox.CopyTree(filepath.Join(cfg.Sandbox.KeepWorkspaces, rid+"-"+r.Attempts[0].ID), dir, noBytecode); err != nil {
 				t.Fatal(err)
 			}
 			if err := sandbox.CopyTree("testdata/pyrepo", dir, func(rel string) bool { return rel != "tests" && !strings.HasPrefix(rel, "tests/") }); err != nil {
