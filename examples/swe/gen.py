@@ -41,8 +41,8 @@ BOOL = {"and": "or", "or": "and"}
 RESULT = re.compile(r"^(test_\w+) \(([\w.]+)\) \.\.\. (ok|FAIL|ERROR|skipped.*)$", re.M)
 
 
-def modules(lib=LIB):
-    return sorted(f[:-3] for f in os.listdir(lib) if f.endswith(".py") and not f.startswith("test_"))
+def modules():
+    return sorted(f[:-3] for f in os.listdir(LIB) if f.endswith(".py") and not f.startswith("test_"))
 
 
 def tokens(line):
@@ -388,14 +388,13 @@ def main():
     # (a seeded sample; 0: all), so a made-up name is seen in few demonstrations.
     variants, vjobs = [], []
     taken_modules = set(modules())
+    demo_keys = {mod: [c[0][5] for c in caught[(lib, mod)] if c[0][5] not in task_keys]
+                 for lib, mod, split, _ in sources if split == "train"}
     for v in range(a.variants):
-        for lib, mod, split, _ in sources:
-            if split != "train":
-                continue
+        for mod, keys in demo_keys.items():
             rng = random.Random("%d-variant-%d-%s" % (a.seed, v, mod))
             d = os.path.join(scratch, "variant-%d-%s" % (v, mod))
             src = (d, variant(mod, rng, taken_modules, d), "variant", mod)
-            keys = [c[0][5] for c in caught[(lib, mod)] if c[0][5] not in task_keys]
             if a.variant_demos > 0:
                 keys = rng.sample(keys, min(a.variant_demos, len(keys)))
             variants.append(src)

@@ -492,10 +492,13 @@ func TestHarnessInSandbox(t *testing.T) {
 			}
 			if r.Reward == nil || *r.Reward != tc.reward {
 				eng.mu.Lock()
-				seen := eng.seen
+				last := "(none)"
+				if len(eng.seen) > 0 {
+					last = eng.seen[len(eng.seen)-1]
+				}
 				eng.mu.Unlock()
 				t.Fatalf("status %s reward %s, want %v (error %q; tests event %s; the model's last prompt:\n%s)",
-					r.Status, rewardString(r.Reward), tc.reward, r.Error, testsEv, seen[len(seen)-1])
+					r.Status, rewardString(r.Reward), tc.reward, r.Error, testsEv, last)
 			}
 			eng.mu.Lock()
 			prompts, left := eng.seen, len(eng.next)
