@@ -37,6 +37,7 @@ func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
 	seed := fs.Uint64("seed", 1, "data order seed")
 	backend := fs.String("backend", "", "GoMLX backend (default: the pure-Go one, ops in parallel; e.g. xla:cuda)")
 	every := fs.Int("log-every", 0, "status line every N steps (default: about 20 lines)")
+	evalPath := fs.String("eval", "", "JSONL of held-out conversations: after training, report their replies' loss and how many greedy decoding writes exactly")
 	saveEvery := fs.Int("save-every", 100, "write the checkpoint to --out every N steps (0: only at the end); an interrupt (Ctrl-C) also saves the steps done")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -51,6 +52,12 @@ func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
 	examples, err := readSFTData(*data, tmpl, *maxLen)
 	if err != nil {
 		return err
+	}
+	var held []model.Example
+	if *evalPath != "" { // read before training: a bad file fails fast
+		if held, err = readSFTData(*evalPath, tmpl, *maxLen); err != nil {
+			return err
+		}
 	}
 	opt := model.DefaultAdamW()
 	opt.LR, opt.WeightDecay, opt.ClipNorm = *lr, *wd, *clip
@@ -107,6 +114,32 @@ func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "sft: done, loss %.4f, checkpoint in %s\n", last.Loss, *out)
+	if held == nil {
+		return nil
+	}
+	return evalHeldOut(ctx, *out, *backend, *evalPath, held, tmpl.StopIDs(), stdout)
+}
+
+// evalHeldOut reports how the checkpoint in dir does on held-out
+// conversations: one line with the replies' loss and the replies greedy
+// decoding writes exactly, by position (reply 1 of each conversation, …).
+func evalHeldOut(ctx context.Context, dir, backend, path string, held []model.Example, stop []int32, stdout io.Writer) error {
+	eng, err := model.OpenEngine(dir, backend, 0, model.EngineOptions{})
+	if err != nil {
+		return fmt.Errorf("sft: eval: %w", err)
+	}
+	defer eng.Close()
+	r, err := model.EvalReplies(ctx, eng, held, stop)
+	if err != nil {
+		return fmt.Errorf("sft: eval %s: %w", path, err)
+	}
+	exact, replies := r.ExactTotal()
+	var by []string
+	for k := range r.Replies {
+		by = append(by, fmt.Sprintf("%d: %d/%d", k+1, r.Exact[k], r.Replies[k]))
+	}
+	fmt.Fprintf(stdout, "sft: eval %s: %d conversations, loss %.4f a reply token; greedy decoding writes %d of %d replies exactly (by position %s)\n",
+		path, r.Conversations, r.Loss, exact, replies, strings.Join(by, ", "))
 	return nil
 }
 

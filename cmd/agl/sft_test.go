@@ -59,13 +59,58 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 	if err := os.WriteFile(dataPath, []byte(data.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Held-out conversations: strings the training data may not hold.
+	var held strings.Builder
+	for range 32 {
+		var s []byte
+		for range 4 {
+			s = append(s, "abcdefgh"[rng.IntN(8)])
+		}
+		b, _ := json.Marshal(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: string(s)}, {Role: chat.RoleAssistant, Content: string(s)}}})
+		held.Write(append(b, '\n'))
+	}
+	heldPath := filepath.Join(dir, "held.jsonl")
+	if err := os.WriteFile(heldPath, []byte(held.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evalRE := regexp.MustCompile(`eval .*held\.jsonl: 32 conversations, loss ([0-9.]+) a reply token; greedy decoding writes (\d+) of 32 replies exactly \(by position 1: (\d+)/32\)`)
+	exact := func(out string) (loss float64, n int) {
+		t.Helper()
+		m := evalRE.FindStringSubmatch(out)
+		if m == nil || m[2] != m[3] {
+			t.Fatalf("no eval line in output:\n%s", out)
+		}
+		loss, _ = strconv.ParseFloat(m[1], 64)
+		n, _ = strconv.Atoi(m[2])
+		return loss, n
+	}
+	// The untrained model (one step at a negligible rate) copies none.
+	out.Reset()
+	if err := runSFT(ctx, []string{"--model", modelDir, "--data", dataPath, "--out", filepath.Join(dir, "untrained"), "--steps", "1",
+		"--lr", "1e-12", "--eval", heldPath}, &out); err != nil {
+		t.Fatal(err)
+	}
+	untrainedLoss, untrained := exact(out.String())
 	outDir := filepath.Join(dir, "sft")
 	out.Reset()
 	if err := runSFT(ctx, []string{"--model", modelDir, "--data", dataPath, "--out", outDir, "--steps", "150",
-		"--batch-size", "16", "--lr", "3e-3", "--log-every", "25"}, &out); err != nil {
+		"--batch-size", "16", "--lr", "3e-3", "--log-every", "25", "--eval", heldPath}, &out); err != nil {
 		t.Fatal(err)
 	}
 	t.Log(out.String())
+	heldLoss, trained := exact(out.String())
+	if untrained > 1 || trained < 24 || heldLoss > untrainedLoss/3 {
+		t.Errorf("held-out replies written exactly: %d of 32 untrained (loss %.3f), %d trained (loss %.3f); want ≤ 1, ≥ 24 and a third of the loss",
+			untrained, untrainedLoss, trained, heldLoss)
+	}
+	// A missing eval file fails before any training.
+	if err := runSFT(ctx, []string{"--model", modelDir, "--data", dataPath, "--out", filepath.Join(dir, "x"), "--steps", "1",
+		"--eval", filepath.Join(dir, "missing.jsonl")}, io.Discard); err == nil || !strings.Contains(err.Error(), "missing.jsonl") {
+		t.Errorf("missing eval file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
+		t.Errorf("a failed eval file still trained: %v", err)
+	}
 	m := regexp.MustCompile(`done, loss ([0-9.]+)`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatalf("no final loss in output:\n%s", out.String())
