@@ -22,6 +22,8 @@ Writes, under OUT (default work/):
                    commands, shown the way harness.py shows them
   mutations.jsonl  what each task's mutation was, and its solution: the demonstration
                    of its fix, in no sft.jsonl (never given to the harness)
+  heldout.jsonl    the val tasks' solutions as conversations, for `agl sft --eval`:
+                   how many of their replies the warm start writes exactly
 
 No demonstration shows a task's mutation (nor a val module's code), so the
 train tasks ask for fixes the warm start was not shown, like the val tasks.
@@ -416,7 +418,7 @@ def main():
         made = list(ex.map(lambda w: make(*w[3]), work))
     shutil.rmtree(scratch)
 
-    files = {name: open(os.path.join(out, name), "w") for name in ("train.jsonl", "val.jsonl", "sft.jsonl", "mutations.jsonl")}
+    files = {name: open(os.path.join(out, name), "w") for name in ("train.jsonl", "val.jsonl", "sft.jsonl", "mutations.jsonl", "heldout.jsonl")}
     counts = {"train": 0, "val": 0, "sft": 0, "variant": 0,
               "dropped": len(jobs) - sum(len(caught[s[:2]]) for s in sources if s[2] != "variant")}
     for (split, is_task, demonstrated, _), m in zip(work, made):
@@ -427,6 +429,8 @@ def main():
             info["solution"] = demo  # the demonstration of its fix, in no sft.jsonl
             files[split + ".jsonl"].write(json.dumps(task) + "\n")
             files["mutations.jsonl"].write(json.dumps(info) + "\n")
+            if split == "val" and demo is not None:
+                files["heldout.jsonl"].write(json.dumps(demo) + "\n")
             counts[split] += 1
         if demonstrated and demo is not None:
             files["sft.jsonl"].write(json.dumps(demo) + "\n")

@@ -30,9 +30,11 @@ if [ ! -f work/model/model.safetensors ] || [ "$(cat work/model/sft.sha256 2>/de
 	rm -rf work/init work/model
 	work/agl model init --preset ${PRESET:-1m} --bpe-data work/sft.jsonl --out work/init
 	# Demonstrations: reproduce, show the function, fix the line with sed,
-	# reproduce again, submit.
+	# reproduce again, submit. --eval: how many of the held-out tasks'
+	# solution replies the warm start writes exactly (by turn).
 	work/agl sft --model work/init --data work/sft.jsonl --out work/model \
-		--steps ${SFT_STEPS:-500} --batch-size 8 --lr 0.003 --warmup 20 --save-every 100
+		--steps ${SFT_STEPS:-500} --batch-size 8 --lr 0.003 --warmup 20 --save-every 100 \
+		--eval work/heldout.jsonl
 	echo "$sum" > work/model/sft.sha256
 fi
 rm -rf run

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -156,7 +157,7 @@ func TestGen(t *testing.T) {
 	cwd, _ := os.Getwd()
 	rel0, _ := filepath.Rel(cwd, genDirs[0])
 	rel1, _ := filepath.Rel(cwd, genDirs[1])
-	for _, name := range []string{"train.jsonl", "val.jsonl", "sft.jsonl", "mutations.jsonl"} {
+	for _, name := range []string{"train.jsonl", "val.jsonl", "sft.jsonl", "mutations.jsonl", "heldout.jsonl"} {
 		a, _ := os.ReadFile(filepath.Join(genDirs[0], name))
 		b, _ := os.ReadFile(filepath.Join(genDirs[1], name))
 		// the repo paths name the output directory
@@ -256,6 +257,17 @@ func TestGen(t *testing.T) {
 	}
 	if len(solved) == 0 {
 		t.Fatal("no task has a solution")
+	}
+	// heldout.jsonl (for agl sft --eval) holds the val tasks' solutions, in order.
+	var valSolutions []demo
+	for _, x := range val {
+		if s := muts[x.ID].Solution; s != nil {
+			valSolutions = append(valSolutions, *s)
+		}
+	}
+	held := readJSONL[demo](t, filepath.Join(dir, "heldout.jsonl"))
+	if len(valSolutions) == 0 || !reflect.DeepEqual(held, valSolutions) {
+		t.Errorf("heldout.jsonl has %d conversations, not the %d val solutions", len(held), len(valSolutions))
 	}
 	variants, perVariant := 0, map[string]int{}
 	for i, d := range readJSONL[demo](t, filepath.Join(dir, "sft.jsonl")) {
