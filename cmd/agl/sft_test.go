@@ -42,37 +42,27 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 	if n := w.Config.NumParams(); n > 1_000_000 {
 		t.Fatalf("toy model has %d parameters, want ≤ 1M", n)
 	}
-	// Toy data.
+	// Toy data: n conversations in which the assistant repeats 4 random letters.
 	rng := rand.New(rand.NewPCG(1, 1))
-	var data strings.Builder
-	for range 512 {
-		var s []byte
-		for range 4 {
-			s = append(s, "abcdefgh"[rng.IntN(8)])
+	copyTask := func(name string, n int) string {
+		var data strings.Builder
+		for range n {
+			var s []byte
+			for range 4 {
+				s = append(s, "abcdefgh"[rng.IntN(8)])
+			}
+			b, _ := json.Marshal(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: string(s)}, {Role: chat.RoleAssistant, Content: string(s)}}})
+			data.Write(append(b, '\n'))
 		}
-		c := chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: string(s)}, {Role: chat.RoleAssistant, Content: string(s)}}}
-		b, _ := json.Marshal(c)
-		data.Write(b)
-		data.WriteByte('\n')
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(data.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	dataPath := filepath.Join(dir, "toy.jsonl")
-	if err := os.WriteFile(dataPath, []byte(data.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dataPath := copyTask("toy.jsonl", 512)
 	// Held-out conversations: strings the training data may not hold.
-	var held strings.Builder
-	for range 32 {
-		var s []byte
-		for range 4 {
-			s = append(s, "abcdefgh"[rng.IntN(8)])
-		}
-		b, _ := json.Marshal(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: string(s)}, {Role: chat.RoleAssistant, Content: string(s)}}})
-		held.Write(append(b, '\n'))
-	}
-	heldPath := filepath.Join(dir, "held.jsonl")
-	if err := os.WriteFile(heldPath, []byte(held.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	heldPath := copyTask("held.jsonl", 32)
 	evalRE := regexp.MustCompile(`eval .*held\.jsonl: 32 conversations, loss ([0-9.]+) a reply token; greedy decoding writes (\d+) of 32 replies exactly \(by position 1: (\d+)/32\)`)
 	exact := func(out string) (loss float64, n int) {
 		t.Helper()
