@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -13,6 +14,12 @@ import (
 type Example struct {
 	IDs  []int32
 	Mask []bool
+}
+
+// Trained reports whether any token after the first carries the loss (a
+// reply to learn, or to evaluate).
+func (ex Example) Trained() bool {
+	return len(ex.Mask) > 1 && slices.Contains(ex.Mask[1:], true)
 }
 
 // SFTOptions configure SFT.
@@ -47,11 +54,8 @@ func SFT(ctx context.Context, tr *Trainer, examples []Example, o SFTOptions, pro
 		if len(ex.IDs) != len(ex.Mask) {
 			return SFTProgress{}, fmt.Errorf("model: sft: example with %d ids and %d mask values", len(ex.IDs), len(ex.Mask))
 		}
-		for t := 1; t < len(ex.Mask); t++ {
-			if ex.Mask[t] {
-				usable = append(usable, ex)
-				break
-			}
+		if ex.Trained() {
+			usable = append(usable, ex)
 		}
 	}
 	if len(usable) == 0 {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,6 +58,9 @@ func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
 	if *evalPath != "" { // read before training: a bad file fails fast
 		if held, err = readSFTData(*evalPath, tmpl, *maxLen); err != nil {
 			return err
+		}
+		if !slices.ContainsFunc(held, model.Example.Trained) {
+			return fmt.Errorf("sft: eval %s: no conversation has an assistant reply", *evalPath)
 		}
 	}
 	opt := model.DefaultAdamW()

@@ -93,13 +93,28 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 		t.Errorf("held-out replies written exactly: %d of 32 untrained (loss %.3f), %d trained (loss %.3f); want ≤ 1, ≥ 24 and a third of the loss",
 			untrained, untrainedLoss, trained, heldLoss)
 	}
-	// A missing eval file fails before any training.
-	if err := runSFT(ctx, []string{"--model", modelDir, "--data", dataPath, "--out", filepath.Join(dir, "x"), "--steps", "1",
-		"--eval", filepath.Join(dir, "missing.jsonl")}, io.Discard); err == nil || !strings.Contains(err.Error(), "missing.jsonl") {
-		t.Errorf("missing eval file: %v", err)
+	// A bad eval file fails before any training, naming the file and what is wrong.
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
-		t.Errorf("a failed eval file still trained: %v", err)
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(dir, "missing.jsonl"), "missing.jsonl"},
+		{write("empty.jsonl", ""), "empty.jsonl: no conversations"},
+		{write("noreply.jsonl", `{"messages":[{"role":"user","content":"abcd"}]}`+"\n"), "noreply.jsonl: no conversation has an assistant reply"},
+		{write("broken.jsonl", `{"messages":[{"role":"user","content":"ab`+"\n"), "broken.jsonl:1"},
+		{write("badrole.jsonl", `{"messages":[{"role":"wizard","content":"ab"}]}`+"\n"), "badrole.jsonl:1"},
+	} {
+		if err := runSFT(ctx, []string{"--model", modelDir, "--data", dataPath, "--out", filepath.Join(dir, "x"), "--steps", "1",
+			"--eval", c.path}, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("eval file %s: error %v, want one naming %q", filepath.Base(c.path), err, c.want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
+			t.Errorf("eval file %s: trained anyway: %v", filepath.Base(c.path), err)
+		}
 	}
 	m := regexp.MustCompile(`done, loss ([0-9.]+)`).FindStringSubmatch(out.String())
 	if m == nil {
