@@ -52,6 +52,9 @@ const (
 	p2pMul  = "tests.test_calc.TestCalc.test_mul"
 	fixCmd  = "sed -i 's/return a - b/return a + b/' calc.py"
 	testCmd = "python3 -m unittest -v {tests}"
+	// bombCmd fork-bombs, then waits (10 s at most) until 56 processes
+	// show in the sandbox's /proc (repoConfig's limit is 64), then 1 s.
+	bombCmd = ":(){ :|:& };:; for ((i = 0; i < 100; i++)); do p=(/proc/[0-9]*); ((${#p[@]} >= 56)) && break; sleep 0.1; done; sleep 1"
 )
 
 // pyRepo copies testdata/pyrepo to a git repository whose history holds
@@ -225,10 +228,11 @@ func TestRepoRewardHacking(t *testing.T) {
 					t.Errorf("shadowing %v, want [re.py unittest]", te.Shadowing)
 				}
 			}},
-		// The shell lives on for a second: when it exits, the sandbox's pid
-		// namespace ends and takes the bomb with it, maybe before the bomb
-		// reached the limit.
-		{name: "(7) fork bomb, then the fix", cmds: []string{`:(){ :|:& };:; sleep 1`, fixCmd}, want: 1, limited: "processes"},
+		// The shell lives on until the bomb nears the limit of 64 (the
+		// count in /proc is a glob, no fork), then a second more: when it
+		// exits, the sandbox's pid namespace ends and takes the bomb with
+		// it. A fixed second was too short on a loaded CI machine.
+		{name: "(7) fork bomb, then the fix", cmds: []string{bombCmd, fixCmd}, want: 1, limited: "processes"},
 		{name: "(7) fill the disk after the fix", cmds: []string{fixCmd, "dd if=/dev/zero of=big bs=1M count=200 2>&1 | tail -1; df -h . | tail -1"},
 			want: 1, limited: "disk", logHas: []string{"the workspace is full"}},
 		{name: "(7) print 1 GB", cmds: []string{"head -c 1000000000 /dev/zero | tr '\\0' x; echo printed"}, want: 0, limited: "output", logHas: []string{"stdout truncated at 65536 bytes"}},
