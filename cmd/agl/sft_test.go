@@ -44,6 +44,13 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 	}
 	// Toy data: n conversations in which the assistant repeats 4 random letters.
 	rng := rand.New(rand.NewPCG(1, 1))
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
 	copyTask := func(name string, n int) string {
 		var data strings.Builder
 		for range n {
@@ -54,11 +61,7 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 			b, _ := json.Marshal(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: string(s)}, {Role: chat.RoleAssistant, Content: string(s)}}})
 			data.Write(append(b, '\n'))
 		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(data.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
+		return write(name, data.String())
 	}
 	dataPath := copyTask("toy.jsonl", 512)
 	// Held-out conversations: strings the training data may not hold.
@@ -94,13 +97,6 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 			untrained, untrainedLoss, trained, heldLoss)
 	}
 	// A bad eval file fails before any training, naming the file and what is wrong.
-	write := func(name, text string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
 	for _, c := range []struct{ path, want string }{
 		{filepath.Join(dir, "missing.jsonl"), "missing.jsonl"},
 		{write("empty.jsonl", ""), "empty.jsonl: no conversations"},
