@@ -65,7 +65,7 @@ func (w *walker) walk(prefix string, t reflect.Type) error {
 		defer delete(w.open, t)
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
-			if !f.IsExported() {
+			if !f.IsExported() && !f.Anonymous { // as yaml.v3 does
 				continue
 			}
 			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
