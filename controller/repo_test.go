@@ -446,7 +446,7 @@ func TestRepoRewardEqualsDirectRun(t *testing.T) {
 			cmd := exec.Command("python3", "-m", "unittest", "-v", f2pAdd, f2pNeg, p2pMul)
 			cmd.Dir = dir
 			out, err := cmd.CombinedOutput()
-			st := controller.ParseTests(controller.TestsUnittest, string(out))
+			st := parseUnittest(string(out))
 			f2p := 0
 			for _, id := range []string{f2pAdd, f2pNeg} {
 				if st[id] == "passed" {
