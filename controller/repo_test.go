@@ -529,22 +529,36 @@ func TestRepoHarnessInside(t *testing.T) {
 	requireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
+	flat := pyRepoFlat(t)
 	cases := []struct {
-		name string
-		cmds []string
-		want float64
+		name  string
+		cmds  []string
+		want  float64
+		flat  bool
+		check func(t *testing.T, te testsEvent)
 	}{
-		{"fix", []string{fixCmd}, 1},
-		{"wrong fix", []string{"sed -i 's/return a - b/return a * b/' calc.py"}, 0},
+		{name: "fix", cmds: []string{fixCmd}, want: 1},
+		{name: "wrong fix", cmds: []string{"sed -i 's/return a - b/return a * b/' calc.py"}, want: 0},
+		{name: "fix, flat hidden file", cmds: []string{fixCmd}, want: 1, flat: true},
+		{name: "a package beside the flat hidden test file", cmds: []string{writeCmd("test_calc/__init__.py", fakeTests)}, flat: true, check: shadowed("test_calc")},
+		{name: "a module under the hidden tests package's name", cmds: []string{writeCmd("tests.py", fakeTests)}, check: shadowed("tests.py")},
+		{name: "fake runner output and os._exit(0)", cmds: []string{appendCalc(fakePass)}, check: untrusted("ended without the runner's report")},
+		{name: "tamper: TestCase.assertEqual replaced", cmds: []string{appendCalc("import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n")}, flat: true,
+			check: tampered("TestCase.assertEqual was replaced")},
 	}
 	ids := map[string]string{}
 	for _, c := range cases {
-		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": c.cmds, "gateway": e.srv.URL}))[0]
+		extra := map[string]any{"cmds": c.cmds, "gateway": e.srv.URL}
+		task := repoTask(t, repo, extra)
+		if c.flat {
+			task = flatTask(t, flat, extra)
+		}
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, task)[0]
 	}
 	cfg := e.repoConfig(t)
 	cfg.Command = []string{"python3", "inside_harness.py"} // a file of dir, resolved
 	cfg.Sandbox.Harness = controller.HarnessInside
-	cfg.Concurrency = 2
+	cfg.Concurrency = 4
 	start(t, cfg)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -557,6 +571,10 @@ func TestRepoHarnessInside(t *testing.T) {
 			t.Logf("harness output:\n%s", out)
 			if r.Reward == nil || *r.Reward != c.want {
 				t.Errorf("reward %s, want %g", fmtPtr(r.Reward), c.want)
+			}
+			var te testsEvent
+			if e.one(t, rid, controller.EventTests, &te) && c.check != nil {
+				c.check(t, te)
 			}
 			for _, s := range []string{"CWD /workspace", "EVENTS 403", "ADMIN 403", "DOTDOT 403", "HOSTGW URLError"} {
 				if !strings.Contains(out, s) {
