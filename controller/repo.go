@@ -511,7 +511,7 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 		if err != nil {
 			d.Untrusted = "untrusted verdict: " + err.Error()
 		} else {
-			st, d.Tamper, d.Untrusted = unittestVerdict(report, key.key, res.Exit)
+			st, d.Tamper, d.Untrusted = unittestVerdict(report, key.key, res.Exit, ids)
 		}
 	}
 	d.FailToPass, d.PassToPass = statuses(st, t.FailToPass), statuses(st, t.PassToPass)

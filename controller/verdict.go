@@ -102,8 +102,9 @@ func readReport(p string) ([]byte, error) {
 // unittestVerdict is the statuses of a unittest run from the runner's
 // report, authenticated with key; reason is why the verdict cannot be
 // trusted ("" when it can): no report, a report not the runner's, a
-// tampered run, or an exit status that disagrees with the report.
-func unittestVerdict(report, key []byte, exit int) (statuses map[string]string, tamper []string, reason string) {
+// tampered run, or a report whose success, statuses of ids and the exit
+// status do not all agree.
+func unittestVerdict(report, key []byte, exit int, ids []string) (statuses map[string]string, tamper []string, reason string) {
 	if len(report) == 0 {
 		return nil, nil, fmt.Sprintf("untrusted verdict: the test run (exit status %d) ended without the runner's report", exit)
 	}
@@ -120,8 +121,12 @@ func unittestVerdict(report, key []byte, exit int) (statuses map[string]string, 
 	if len(r.Tamper) > 0 {
 		return r.Tests, r.Tamper, "untrusted verdict: tampered: " + strings.Join(r.Tamper[:min(len(r.Tamper), 3)], "; ")
 	}
-	if r.Success != (exit == 0) {
-		return r.Tests, nil, fmt.Sprintf("untrusted verdict: exit status %d disagrees with the report (success %v)", exit, r.Success)
+	all := true
+	for _, id := range ids {
+		all = all && r.Tests[id] == testPassed
+	}
+	if r.Success != (exit == 0) || r.Success != all {
+		return r.Tests, nil, fmt.Sprintf("untrusted verdict: exit status %d, the report's success (%v) and its tests (every one passed: %v) disagree", exit, r.Success, all)
 	}
 	for _, s := range r.Tests {
 		if s != testPassed && s != testFailed && s != testError && s != testSkipped {
