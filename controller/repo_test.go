@@ -721,9 +721,10 @@ func TestRepoTaskErrors(t *testing.T) {
 
 // TestRepoWorkspaceCopyBounds: the final workspace is copied for the
 // tests within bounds (sandbox.disk_bytes, tests.copy_max_files); past
-// one, the tests event names it and the reward is 0 even with the fix in
-// place; a FIFO or links out of the workspace neither hang nor change the
-// evaluation.
+// one, or when the copy fails otherwise (a path too long), the tests
+// event names it and the reward is 0 even with the fix in place, in one
+// attempt of two allowed; a FIFO or links out of the workspace neither
+// hang nor change the evaluation.
 func TestRepoWorkspaceCopyBounds(t *testing.T) {
 	requireBwrap(t)
 	e := newEnv(t, time.Hour)
@@ -738,10 +739,13 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 		{"many tiny files", []string{fixCmd, "mkdir many && cd many && seq 1 600 | xargs touch"}, 0, sandbox.CopyLimitFiles},
 		{"a FIFO", []string{fixCmd, "mkfifo pipe && ls -l pipe"}, 1, ""},
 		{"links out of the workspace", []string{fixCmd, "ln -s / root; ln -s /etc/passwd pw; ln -s ../../../.. up; ls -l"}, 1, ""},
+		// A path longer than PATH_MAX (4096) in the copy: not a failed
+		// attempt that would earn a retry, but a workspace not tested.
+		{"a path over 4096 bytes", []string{fixCmd, `d=$(printf 'd%.0s' $(seq 200)); for i in $(seq 25); do mkdir "$d" && cd "$d" || exit 1; done; touch f && pwd | wc -c`}, 0, "copy"},
 	}
 	ids := map[string]string{}
 	for _, c := range cases {
-		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": c.cmds}))[0]
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120, MaxAttempts: 2}, repoTask(t, repo, map[string]any{"cmds": c.cmds}))[0]
 	}
 	cfg := e.repoConfig(t)
 	cfg.Concurrency = 2
@@ -751,8 +755,8 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rid := ids[c.name]
 			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
-			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
-				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g", r.Status, r.Error, fmtPtr(r.Reward), c.want)
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want || r.NumAttempts != 1 {
+				t.Fatalf("rollout %s (%s) in %d attempts, reward %s; want succeeded with %g in 1", r.Status, r.Error, r.NumAttempts, fmtPtr(r.Reward), c.want)
 			}
 			var te struct {
 				testsEvent
