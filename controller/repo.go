@@ -450,7 +450,7 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 		if errors.As(err, &le) {
 			d.Refused = le.Limit
 		}
-		d.Reason = "the final workspace was not tested: " + err.Error()
+		d.Reason = "the final workspace was not tested: " + truncate(err.Error(), 1024)
 		return d, nil
 	}
 	changed, err := sandbox.RestoreHidden(r.pristine, dir, t.HiddenFiles)

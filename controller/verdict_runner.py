@@ -10,38 +10,24 @@
 # exit status is 0 exactly when every test passed.
 import atexit
 import builtins
-import collections
-import difflib
-import fnmatch
-import functools
-import gc
 import hashlib
 import hmac
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
-import io
 import json
 import json.decoder
 import json.encoder
 import os
-import pprint
-import re
-import signal
 import sys
-import threading
-import traceback
 import types
 import unittest
 import unittest.case
 import unittest.loader
-import unittest.mock
 import unittest.result
 import unittest.runner
 import unittest.suite
 import unittest.util
-import warnings
 
 
 def main():
