@@ -73,8 +73,8 @@ func ParseRepoTask(raw json.RawMessage) (*RepoTask, error) {
 	switch {
 	case t.TestFormat != TestsUnittest && t.TestFormat != TestsGo:
 		return nil, fmt.Errorf("repository task: test_format %q: want %s or %s", t.TestFormat, TestsUnittest, TestsGo)
-	case t.TestFormat == TestsUnittest && !strings.Contains(t.TestCommand, unittestModule):
-		return nil, fmt.Errorf("repository task: test_command %q: test_format unittest runs `python3 %s` (the verdict runner runs in its place)", t.TestCommand, unittestModule)
+	case t.TestFormat == TestsUnittest && !unittestModule.MatchString(t.TestCommand):
+		return nil, fmt.Errorf("repository task: test_command %q: test_format unittest runs `python3 -m unittest` (the verdict runner runs in its place)", t.TestCommand)
 	case t.TestFormat == TestsGo && !strings.Contains(t.TestCommand, "-json"):
 		return nil, fmt.Errorf("repository task: test_command %q: test_format gotest reads `go test -json`", t.TestCommand)
 	}
@@ -490,7 +490,7 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 		// The runner and the hidden tests are bound read-only; the runner
 		// reads its key on stdin before any workspace code runs.
 		spec.ReadOnly = append(slices.Clone(spec.ReadOnly), filepath.Dir(runner), r.pristine)
-		command = strings.ReplaceAll(command, unittestModule, "-I "+shellQuote(runner))
+		command = unittestModule.ReplaceAllString(command, "${1}-I "+strings.ReplaceAll(shellQuote(runner), "$", "$$")+"${2}")
 		stdin = bytes.NewReader(key.secret(path.Join(sandbox.Mount, key.report), r.pristine))
 	}
 	res, err := sandbox.Run(ctx, spec, []string{"sh", "-c", command}, stdin, stdout, log)

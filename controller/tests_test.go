@@ -21,6 +21,8 @@ func TestParseRepoTask(t *testing.T) {
 		{`{"repo":"r","test_command":"python3 -m unittest {tests}","fail_to_pass":["a"],"hidden_files":["../x"]}`, `hidden file "../x"`},
 		{`{"repo":"r","test_command":"python3 -m unittest {tests}","fail_to_pass":"a"}`, "cannot unmarshal"},
 		{`{"repo":"r","test_command":"pytest {tests}","fail_to_pass":["a"]}`, "test_format unittest runs `python3 -m unittest`"},
+		{`{"repo":"r","test_command":"python3 -m unittest2 {tests}","fail_to_pass":["a"]}`, "test_format unittest runs `python3 -m unittest`"},
+		{`{"repo":"r","test_command":"cd src && python3 -m  unittest -v {tests}","fail_to_pass":["a"]}`, ""},
 		{`{"repo":"r","test_command":"go test -v ./...","test_format":"gotest","fail_to_pass":["a"]}`, "test_format gotest reads `go test -json`"},
 		{`{"repo":"r","test_command":"go test -json ./...","test_format":"gotest","fail_to_pass":["a"]}`, ""},
 	}

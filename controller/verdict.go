@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 )
@@ -30,9 +31,10 @@ import (
 //go:embed verdict_runner.py
 var verdictRunner []byte
 
-// unittestModule is what a unittest task's test command runs; the
-// controller runs the verdict runner in its place.
-const unittestModule = "-m unittest"
+// unittestModule is what a unittest task's test command runs
+// (`-m unittest`, a word of its own); the controller runs the verdict
+// runner in its place.
+var unittestModule = regexp.MustCompile(`(^|\s)-m\s+unittest(\s|$)`)
 
 // maxReportBytes bounds the runner's report the controller reads.
 const maxReportBytes = 16 << 20
