@@ -44,8 +44,7 @@ def main():
             raise RuntimeError("agl verdict runner: " + event + " is refused")
 
     sys.addaudithook(audit)
-    if not (sys.flags.isolated and sys.flags.no_user_site and sys.flags.ignore_environment):
-        refused.append("not started isolated (python3 -I)")
+    isolated = sys.flags.isolated and sys.flags.no_user_site and sys.flags.ignore_environment
     try:
         secret = json.loads(sys.stdin.buffer.readline())
         key = bytes.fromhex(secret["key"])
@@ -86,6 +85,8 @@ def main():
     unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=lambda *a: result).run(suite)
 
     tamper = ["%s was called" % e for e in refused]
+    if not isolated:
+        tamper.append("the runner was not started isolated (python3 -I)")
     if changed.__code__ is not changed_code:
         tamper.append("the runner's check was replaced")
     tamper += changed(protected) + changed(finder.snap) + finder.foreign()
