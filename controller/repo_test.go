@@ -774,3 +774,68 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestRepoGoVerdict: a gotest task's verdict through the controller and
+// the sandbox: the test command's stdout is read as `go test -json`
+// events, streamed, keyed by package and test name, and the exit status
+// must agree. A printf stands in for the go command (whose events
+// TestGoVerdict reads from a real run): a sandboxed go build needs a
+// warm build cache.
+func TestRepoGoVerdict(t *testing.T) {
+	requireBwrap(t)
+	e := newEnv(t, time.Hour)
+	repo := pyRepo(t)
+	const add = "example.com/calc.TestAdd"
+	ev := func(action, pkg, test string) string {
+		return fmt.Sprintf(`{"Time":"2026-01-01T00:00:00Z","Action":%q,"Package":%q,"Test":%q}`, action, pkg, test)
+	}
+	lines := func(exit int, evs ...string) string {
+		return "printf '%s\\n' " + shellQuoteAll(evs) + fmt.Sprintf("; exit %d # go test -json", exit)
+	}
+	cases := []struct {
+		name, cmd string
+		want      float64
+		untrusted string
+	}{
+		{"passed", lines(0, ev("run", "example.com/calc", "TestAdd"), ev("pass", "example.com/calc", "TestAdd")), 1, ""},
+		{"passed, exit status 1", lines(1, ev("pass", "example.com/calc", "TestAdd")), 0, "exit status 1 disagrees"},
+		{"TestAdd of another package", lines(0, ev("pass", "example.com/calc/other", "TestAdd")), 0, "exit status 0 disagrees"},
+		{"the package's build failed", lines(1, ev("pass", "example.com/calc/other", "TestAdd"), `{"Action":"fail","Package":"example.com/calc","FailedBuild":"example.com/calc"}`), 0, "example.com/calc [build failed]"},
+		{"a pass, then a fail", lines(1, ev("pass", "example.com/calc", "TestAdd"), ev("fail", "example.com/calc", "TestAdd")), 0, ""},
+		// 60 MiB of newlines, under the test output's limit of 64 MiB.
+		{"a flood before the events", "head -c 62914560 /dev/zero | tr '\\0' '\\n'; " + lines(0, ev("pass", "example.com/calc", "TestAdd")), 1, ""},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{
+			"test_format": "gotest", "test_command": c.cmd, "fail_to_pass": []string{add}, "pass_to_pass": []string{}, "hidden_files": []string{}}))[0]
+	}
+	cfg := e.repoConfig(t)
+	cfg.Concurrency = 3
+	start(t, cfg)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rid := ids[c.name]
+			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
+				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g", r.Status, r.Error, fmtPtr(r.Reward), c.want)
+			}
+			var te testsEvent
+			if !e.one(t, rid, controller.EventTests, &te) {
+				return
+			}
+			if (c.untrusted == "") != (te.Untrusted == "") || !strings.Contains(te.Untrusted, c.untrusted) {
+				t.Errorf("untrusted %q, want %q", te.Untrusted, c.untrusted)
+			}
+		})
+	}
+}
+
+// shellQuoteAll quotes each of ss for sh, space-separated.
+func shellQuoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
@@ -151,64 +150,71 @@ type goEvent struct {
 func goVerdictID(pkg, test string) string { return pkg + "." + test }
 
 // goStream reads `go test -json` from the test command's stdout as it
-// comes: a line longer than maxGoLine is skipped, so the stream holds at
-// most one line.
+// comes: it holds at most one line, and a line of maxGoLine bytes or more
+// is skipped.
 type goStream struct {
 	mu       sync.Mutex
-	pw       *io.PipeWriter
-	done     chan struct{}
+	buf      []byte // the current line so far
+	long     bool   // the current line is too long: skipped
 	statuses map[string]string
 	failed   []string // packages that failed to build
 }
 
 const maxGoLine = 1 << 20
 
-func newGoStream() *goStream {
-	pr, pw := io.Pipe()
-	g := &goStream{pw: pw, done: make(chan struct{}), statuses: map[string]string{}}
-	go func() {
-		defer close(g.done)
-		br := bufio.NewReaderSize(pr, 64<<10)
-		var line []byte
-		long := false
-		for {
-			chunk, err := br.ReadSlice('\n')
-			if !long && len(line)+len(chunk) > maxGoLine {
-				long, line = true, line[:0]
-			} else if !long {
-				line = append(line, chunk...)
-			}
-			if err == bufio.ErrBufferFull {
-				continue
-			}
-			if !long && len(line) > 0 {
-				g.line(line)
-			}
-			line, long = line[:0], false
-			if err != nil {
-				pr.CloseWithError(err)
-				return
-			}
+func newGoStream() *goStream { return &goStream{statuses: map[string]string{}} }
+
+func (g *goStream) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := len(p)
+	for {
+		if len(g.buf) == 0 && !g.long {
+			p = bytes.TrimLeft(p, "\n") // blank lines, in one pass
 		}
-	}()
-	return g
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			g.add(p)
+			return n, nil
+		}
+		g.add(p[:i])
+		g.end()
+		p = p[i+1:]
+	}
 }
 
-func (g *goStream) Write(p []byte) (int, error) { return g.pw.Write(p) }
+func (g *goStream) add(b []byte) {
+	switch {
+	case g.long:
+	case len(g.buf)+len(b) >= maxGoLine:
+		g.long, g.buf = true, g.buf[:0]
+	default:
+		g.buf = append(g.buf, b...)
+	}
+}
 
-// close ends the stream and waits for its last line.
+// end ends the current line.
+func (g *goStream) end() {
+	if !g.long && len(g.buf) > 0 {
+		g.line(g.buf)
+	}
+	g.buf, g.long = g.buf[:0], false
+}
+
+// close reads the last line, if it has no newline.
 func (g *goStream) close() {
-	g.pw.Close()
-	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.end()
 }
 
 func (g *goStream) line(l []byte) {
 	var ev goEvent
-	if json.Unmarshal(l, &ev) != nil || ev.Package == "" {
+	// Every event is a JSON object: a flood of other lines costs no
+	// decoding.
+	if l = bytes.TrimLeft(l, " \t"); len(l) == 0 || l[0] != '{' || json.Unmarshal(l, &ev) != nil || ev.Package == "" {
 		return
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	s := map[string]string{"pass": testPassed, "fail": testFailed, "skip": testSkipped}[ev.Action]
 	switch {
 	case s == "":

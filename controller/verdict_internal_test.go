@@ -163,7 +163,7 @@ func FuzzGoVerdict(f *testing.F) {
 		want, seen, build := exit == 0, false, false
 		for _, l := range bytes.Split(out, []byte("\n")) {
 			var ev goEvent
-			if len(l) > maxGoLine || json.Unmarshal(l, &ev) != nil || ev.Package == "" {
+			if len(l) >= maxGoLine || json.Unmarshal(l, &ev) != nil || ev.Package == "" {
 				continue
 			}
 			build = build || (ev.FailedBuild != "" && ev.Test == "" && (ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip"))
