@@ -82,7 +82,7 @@ def main():
 
     result = Result(unittest.runner._WritelnDecorator(sys.stderr), True, 2)
     suite = unittest.TestLoader().loadTestsFromNames(ids)
-    unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=lambda *a: result).run(suite)
+    unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=lambda *a, **k: result).run(suite)
 
     tamper = ["%s was called" % e for e in refused]
     if not isolated:
