@@ -73,7 +73,7 @@ func (cfg Config) newRunner() *runner {
 	if cfg.HTTP != nil {
 		cl.HTTP = cfg.HTTP
 	}
-	return &runner{cfg: cfg, api: cl, log: cfg.Logger, stdlib: sync.OnceValue(pythonStdlib)}
+	return &runner{cfg: cfg, api: cl, log: cfg.Logger, python: sync.OnceValue(pythonInfo)}
 }
 
 // claimLoop claims attempts and runs each with run, at most Concurrency at

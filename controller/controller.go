@@ -267,9 +267,10 @@ type runner struct {
 	cfg Config
 	api *api.Client
 	log *slog.Logger
-	// stdlib is the set of module names a repository's workspace may not
-	// add at its top level (see repo.go), computed once.
-	stdlib func() map[string]bool
+	// python is what the test workspace's filter knows of Python (module
+	// names a repository's workspace may not add at its top level, see
+	// repo.go), computed once.
+	python func() pythonNames
 }
 
 // errLost is the cancel cause of an attempt that ended elsewhere.

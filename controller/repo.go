@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aglrl/agl/api"
@@ -29,9 +29,11 @@ type RepoTask struct {
 	ProblemStatement string `json:"problem_statement"`
 	// TestCommand runs with `sh -c` in the sandbox, cwd = the workspace;
 	// "{tests}" becomes the shell-quoted ids of FailToPass+PassToPass.
+	// With TestsUnittest it runs `python3 -m unittest` (the controller's
+	// verdict runner runs in its place); with TestsGo, `go test -json`.
 	TestCommand string `json:"test_command"`
-	// TestFormat says how to read the test output: TestsUnittest
-	// (default) or TestsGo.
+	// TestFormat says how the verdict is read: TestsUnittest (default)
+	// or TestsGo.
 	TestFormat  string   `json:"test_format"`
 	FailToPass  []string `json:"fail_to_pass"`
 	PassToPass  []string `json:"pass_to_pass"`
@@ -68,8 +70,13 @@ func ParseRepoTask(raw json.RawMessage) (*RepoTask, error) {
 	if t.TestFormat == "" {
 		t.TestFormat = TestsUnittest
 	}
-	if t.TestFormat != TestsUnittest && t.TestFormat != TestsGo {
+	switch {
+	case t.TestFormat != TestsUnittest && t.TestFormat != TestsGo:
 		return nil, fmt.Errorf("repository task: test_format %q: want %s or %s", t.TestFormat, TestsUnittest, TestsGo)
+	case t.TestFormat == TestsUnittest && !unittestModule.MatchString(t.TestCommand):
+		return nil, fmt.Errorf("repository task: test_command %q: test_format unittest runs `python3 -m unittest` (the verdict runner runs in its place)", t.TestCommand)
+	case t.TestFormat == TestsGo && !strings.Contains(t.TestCommand, "-json"):
+		return nil, fmt.Errorf("repository task: test_command %q: test_format gotest reads `go test -json`", t.TestCommand)
 	}
 	h, err := sandbox.CheckHidden(t.HiddenFiles)
 	if err != nil {
@@ -275,12 +282,12 @@ func (c *runner) cleanupRepo(a *attempt) {
 	}
 }
 
-// Test output formats (RepoTask.TestFormat).
+// Test formats (RepoTask.TestFormat).
 const (
-	// TestsUnittest reads Python `unittest -v` lines
-	// "name (module.Class.name) ... ok|FAIL|ERROR|skipped …".
+	// TestsUnittest: Python unittest ids (module.Class.name), run by the
+	// controller's verdict runner in place of `python3 -m unittest`.
 	TestsUnittest = "unittest"
-	// TestsGo reads `go test -v` lines "--- PASS|FAIL|SKIP: Name".
+	// TestsGo: `go test -json`, ids "importpath.TestName".
 	TestsGo = "gotest"
 )
 
@@ -300,11 +307,19 @@ type testsData struct {
 	// the end (made or changed by the agent; replaced before the run).
 	HiddenFilesChanged []string `json:"hidden_files_changed,omitempty"`
 	// Shadowing lists top-level paths the agent added under the name of a
-	// standard-library or test-runner module; they were left out of the
-	// test run.
+	// standard-library, test-runner or hidden test module (any importable
+	// suffix: a package, .py, .pyc, a compiled .so); they were left out of
+	// the test run.
 	Shadowing []string `json:"shadowing,omitempty"`
+	// Untrusted says why the test run's verdict cannot be trusted (no
+	// report from the runner, a report not its own, tampering, an exit
+	// status that disagrees with the report, a build failure): reward 0.
+	Untrusted string `json:"untrusted,omitempty"`
+	// Tamper lists what the runner found replaced in its process.
+	Tamper []string `json:"tamper,omitempty"`
 	// Refused names the bound (size, files, time: sandbox.CopyLimit…)
-	// past which the final workspace was not copied, so not tested.
+	// past which the final workspace was not copied, so not tested; "copy"
+	// when the copy failed otherwise (the reason says how).
 	Refused  string `json:"refused,omitempty"`
 	Log      string `json:"log"`
 	LogBytes int64  `json:"log_bytes"`
@@ -396,22 +411,29 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 		defer sandbox.Unmount(dir)
 	}
 	// A module the agent added at the top level under a standard-library
-	// name (unittest/, re.py) would be imported by the test runner itself,
-	// from the cwd, and could print passes: it is left out.
+	// or test-runner name (unittest/, re.py, re.cpython-311-….so), or under
+	// a hidden test module's name (test_calc/ beside a hidden
+	// test_calc.py), would be imported in place of the real one: it is
+	// left out. Names the repository itself has are kept (its own
+	// types.py).
 	// Bytecode the agent's runs cached is left out too: a fix that keeps a
 	// file's size, made within the second its bytecode was written, would
 	// run the stale bytecode (Python checks a source's size and whole-second
 	// mtime); the tests compile the sources as they are.
-	stdlib := c.stdlib()
+	py := c.python()
+	hiddenMods := map[string]bool{}
+	for _, h := range t.HiddenFiles {
+		top, _, _ := strings.Cut(h, "/")
+		hiddenMods[py.module(top)] = true
+	}
 	skip := func(rel string) bool {
 		if path.Base(rel) == "__pycache__" {
 			return true
 		}
-		if strings.Contains(rel, "/") || r.top[rel] {
+		if strings.Contains(rel, "/") || r.top[rel] || sandbox.IsHidden(rel, t.HiddenFiles) {
 			return false
 		}
-		name := strings.TrimSuffix(strings.TrimSuffix(rel, ".py"), ".pyc")
-		if stdlib[name] {
+		if name := py.module(rel); py.stdlib[name] || hiddenMods[name] {
 			d.Shadowing = append(d.Shadowing, rel)
 			return true
 		}
@@ -419,14 +441,17 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	}
 	err := sandbox.CopyWorkspace(ctx, r.ws, dir, skip, c.copyBounds(r))
 	slices.Sort(d.Shadowing)
-	var le *sandbox.CopyLimitError
-	if errors.As(err, &le) {
-		d.Refused = le.Limit
-		d.Reason = "the final workspace was not tested: " + le.Error()
-		return d, nil
-	}
 	if err != nil {
-		return d, fmt.Errorf("tests: copy the workspace: %w", err)
+		// Whatever stopped the copy (a bound, a path too long, too many
+		// entries), the agent's workspace is not tested: reward 0, never
+		// a failed attempt that would earn a retry.
+		var le *sandbox.CopyLimitError
+		d.Refused = "copy"
+		if errors.As(err, &le) {
+			d.Refused = le.Limit
+		}
+		d.Reason = "the final workspace was not tested: " + truncate(err.Error(), 1024)
+		return d, nil
 	}
 	changed, err := sandbox.RestoreHidden(r.pristine, dir, t.HiddenFiles)
 	if err != nil {
@@ -444,26 +469,61 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	lim = lim.WithDefaults()
 	lim.OutputBytes = 64 << 20
 	spec := sandbox.Spec{Workspace: dir, ReadOnly: r.spec.ReadOnly, Env: r.spec.Env, Limits: lim, Bwrap: r.spec.Bwrap, HostEnv: r.spec.HostEnv, Start: r.spec.Start}
-	var out lockedBuffer
-	res, err := sandbox.Run(ctx, spec, []string{"sh", "-c", command}, nil, &out, &out)
+	// The output is streamed: the log keeps its tail, go test's events
+	// are read as they come.
+	log := &tailBuffer{max: c.cfg.Tests.LogTailBytes}
+	var stdout io.Writer = log
+	var stdin io.Reader
+	var key verdictKey
+	var events *goStream
+	if t.TestFormat == TestsGo {
+		events = newGoStream()
+		stdout = io.MultiWriter(log, events)
+	} else {
+		if key, err = newVerdictKey(); err != nil {
+			return d, err
+		}
+		runner, err := writeRunner(filepath.Join(a.dir, "verdict"))
+		if err != nil {
+			return d, err
+		}
+		// The runner and the hidden tests are bound read-only; the runner
+		// reads its key on stdin before any workspace code runs.
+		spec.ReadOnly = append(slices.Clone(spec.ReadOnly), filepath.Dir(runner), r.pristine)
+		command = unittestModule.ReplaceAllString(command, "${1}-I "+strings.ReplaceAll(shellQuote(runner), "$", "$$")+"${2}")
+		stdin = bytes.NewReader(key.secret(path.Join(sandbox.Mount, key.report), r.pristine))
+	}
+	res, err := sandbox.Run(ctx, spec, []string{"sh", "-c", command}, stdin, stdout, log)
+	if events != nil {
+		events.close()
+	}
 	if err != nil {
 		return d, fmt.Errorf("tests: %w", err)
 	}
-	log := out.String()
 	d.Exit, d.TimedOut, d.Duration, d.LogBytes = res.Exit, res.TimedOut, res.Duration, res.StdoutBytes+res.StderrBytes
-	tail := c.cfg.Tests.LogTailBytes
-	if len(log) > tail {
-		log = runeStart(log[len(log)-tail:])
+	d.Log = a.redact(runeStart(log.String()))
+	var st map[string]string
+	if events != nil {
+		st = events.statuses
+		d.Untrusted = goVerdict(st, events.failed, res.Exit, ids)
+	} else {
+		report, err := readReport(filepath.Join(dir, key.report))
+		if err != nil {
+			d.Untrusted = "untrusted verdict: " + err.Error()
+		} else {
+			st, d.Tamper, d.Untrusted = unittestVerdict(report, key.key, res.Exit, ids)
+		}
 	}
-	d.Log = a.redact(log)
-	st := ParseTests(t.TestFormat, out.String())
 	d.FailToPass, d.PassToPass = statuses(st, t.FailToPass), statuses(st, t.PassToPass)
 	d.Reward, d.Reason = score(d.FailToPass, d.PassToPass, c.cfg.Tests.PartialCredit)
-	d.Resolved = d.Reason == ""
+	if d.Untrusted != "" {
+		d.Reward, d.Reason = 0, d.Untrusted
+	}
 	if res.TimedOut {
-		d.Reward, d.Resolved = 0, false
+		d.Reward = 0
 		d.Reason = fmt.Sprintf("tests timed out after %s", lim.Timeout)
 	}
+	d.Resolved = d.Reason == ""
 	return d, nil
 }
 
@@ -533,24 +593,6 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// lockedBuffer is a bytes.Buffer two streams write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // repoDefaults checks and fills the repository-task settings.
 func (c Config) repoDefaults() (Config, error) {
 	switch c.Sandbox.Harness {
@@ -614,13 +656,36 @@ func (c *runner) harnessCommand(a *attempt) (*exec.Cmd, error) {
 // top level, whatever Python's standard library holds.
 var runnerModules = []string{"pytest", "_pytest", "pluggy", "sitecustomize", "usercustomize"}
 
-// pythonStdlib is the set of Python's standard-library module names (the
-// sandbox's default interpreter, /usr/bin/python3, run isolated) plus
-// runnerModules; just those without a Python.
-func pythonStdlib() map[string]bool {
-	m := map[string]bool{}
+// pythonNames is what the test workspace's filter knows of Python.
+type pythonNames struct {
+	// stdlib: the standard library's module names (the sandbox's default
+	// interpreter, /usr/bin/python3, run isolated) plus runnerModules.
+	stdlib map[string]bool
+	// suffixes: the importable file suffixes, longest first
+	// (importlib.machinery.all_suffixes(): .py, .pyc, .cpython-311-….so,
+	// .abi3.so, .so).
+	suffixes []string
+}
+
+// module is the module name a top-level workspace entry is imported as.
+func (p pythonNames) module(name string) string {
+	for _, s := range p.suffixes {
+		if m, ok := strings.CutSuffix(name, s); ok && m != "" {
+			return m
+		}
+	}
+	return name
+}
+
+// defaultSuffixes are the importable suffixes without a Python to ask.
+var defaultSuffixes = []string{".py", ".pyc", ".so", ".pyw"}
+
+// pythonInfo asks the sandbox's default interpreter for pythonNames; just
+// runnerModules and defaultSuffixes without a Python.
+func pythonInfo() pythonNames {
+	p := pythonNames{stdlib: map[string]bool{}, suffixes: defaultSuffixes}
 	for _, n := range runnerModules {
-		m[n] = true
+		p.stdlib[n] = true
 	}
 	py := "/usr/bin/python3"
 	if _, err := os.Stat(py); err != nil {
@@ -628,12 +693,15 @@ func pythonStdlib() map[string]bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, py, "-I", "-c", "import sys; print(chr(10).join(sys.stdlib_module_names))").Output()
+	out, err := exec.CommandContext(ctx, py, "-I", "-c", "import sys, importlib.machinery as m; print(' '.join(m.all_suffixes())); print(chr(10).join(sys.stdlib_module_names))").Output()
 	if err != nil {
-		return m
+		return p
 	}
-	for _, n := range strings.Fields(string(out)) {
-		m[n] = true
+	first, rest, _ := strings.Cut(string(out), "\n")
+	p.suffixes = append(strings.Fields(first), defaultSuffixes...)
+	slices.SortStableFunc(p.suffixes, func(a, b string) int { return len(b) - len(a) })
+	for _, n := range strings.Fields(rest) {
+		p.stdlib[n] = true
 	}
-	return m
+	return p
 }

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,6 +107,94 @@ func repoTask(t testing.TB, repo string, extra map[string]any) string {
 	return string(b)
 }
 
+// pyRepoFlat is pyRepo with its hidden tests in a flat file (test_calc.py
+// at the top) instead of a package, and two honest modules under
+// standard-library names, one of which calc imports (types.py, parser.py).
+func pyRepoFlat(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "flatrepo")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandbox.CopyTree("testdata/pyrepo", dir, func(rel string) bool { return rel == "tests" || strings.HasPrefix(rel, "tests/") }); err != nil {
+		t.Fatal(err)
+	}
+	test, err := os.ReadFile("testdata/pyrepo/tests/test_calc.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calc, err := os.ReadFile(filepath.Join(dir, "calc.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{
+		"test_calc.py": string(test),
+		"types.py":     "KINDS = ('int',)\n",
+		"parser.py":    "def parse(s):\n    return int(s)\n",
+		"calc.py":      "from parser import parse  # the repository's own parser.py\n" + string(calc),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// flatTask is repoTask for pyRepoFlat: ids of test_calc, test_calc.py
+// hidden.
+func flatTask(t testing.TB, repo string, extra map[string]any) string {
+	t.Helper()
+	ids := func(names ...string) []string {
+		for i, n := range names {
+			names[i] = "test_calc.TestCalc." + n
+		}
+		return names
+	}
+	task := map[string]any{"fail_to_pass": ids("test_add", "test_add_negative"), "pass_to_pass": ids("test_mul"), "hidden_files": []string{"test_calc.py"}}
+	for k, v := range extra {
+		task[k] = v
+	}
+	return repoTask(t, repo, task)
+}
+
+// fakePass is Python that prints an "ok" line for every test id in argv,
+// then ends the process with status 0 (what the old output parser took
+// for passes).
+const fakePass = `import os, sys
+for a in sys.argv[1:]:
+    if not a.startswith("-"):
+        os.write(2, (a.rsplit(".", 1)[1] + " (" + a + ") ... ok\n").encode())
+os._exit(0)
+`
+
+// fakeTests is a package or module passing whatever TestCalc test ids are
+// asked for.
+const fakeTests = `import unittest
+class TestCalc(unittest.TestCase):
+    def test_add(self): pass
+    def test_add_negative(self): pass
+    def test_mul(self): pass
+`
+
+// writeCmd is a shell command writing text to the workspace path p.
+func writeCmd(p, text string) string {
+	return "mkdir -p \"$(dirname " + p + ")\" && cat > " + p + " <<'AGL_EOF'\n" + text + "AGL_EOF\n"
+}
+
+// appendCalc is a shell command appending Python to calc.py (run when the
+// tests import it).
+func appendCalc(code string) string {
+	return "cat >> calc.py <<'AGL_EOF'\n" + code + "AGL_EOF\n"
+}
+
+// soCmd is a shell command compiling a Python extension module at the
+// workspace path so (the sandbox has gcc and Python's headers) whose
+// import runs fakePass.
+func soCmd(so, module string) string {
+	c := "#include <Python.h>\nPyMODINIT_FUNC PyInit_" + module + "(void) {\n    PyRun_SimpleString(" + strconv.Quote(fakePass) + ");\n    return NULL;\n}\n"
+	return writeCmd("/tmp/m.c", c) + "gcc -shared -fPIC $(python3-config --includes) /tmp/m.c -o " + so + " && ls " + so
+}
+
 // repoConfig is a controller config running testdata/repo_harness.py on
 // repository tasks with small limits.
 func (e *env) repoConfig(t testing.TB) controller.Config {
@@ -131,6 +220,8 @@ type testsEvent struct {
 	TimedOut           bool              `json:"timed_out"`
 	HiddenFilesChanged []string          `json:"hidden_files_changed"`
 	Shadowing          []string          `json:"shadowing"`
+	Untrusted          string            `json:"untrusted"`
+	Tamper             []string          `json:"tamper"`
 	Log                string            `json:"log"`
 }
 
@@ -139,6 +230,36 @@ type sandboxEvent struct {
 	Limited  map[string]int `json:"limited"`
 	Blocked  map[string]int `json:"blocked"`
 	Cgroups  bool           `json:"cgroups"`
+}
+
+// shadowed checks that the tests event lists exactly names as left out
+// of the test run.
+func shadowed(names ...string) func(t *testing.T, te testsEvent) {
+	return func(t *testing.T, te testsEvent) {
+		if !slices.Equal(te.Shadowing, names) {
+			t.Errorf("shadowing %v, want %v", te.Shadowing, names)
+		}
+	}
+}
+
+// untrusted checks that the tests event says the verdict cannot be
+// trusted, with reason in its words.
+func untrusted(reason string) func(t *testing.T, te testsEvent) {
+	return func(t *testing.T, te testsEvent) {
+		if te.Untrusted == "" || !strings.Contains(te.Untrusted, reason) || te.Reason != te.Untrusted {
+			t.Errorf("untrusted %q (reason %q): want one saying %q", te.Untrusted, te.Reason, reason)
+		}
+	}
+}
+
+// tampered checks that the tests event names what was tampered with.
+func tampered(what string) func(t *testing.T, te testsEvent) {
+	return func(t *testing.T, te testsEvent) {
+		untrusted("tampered")(t, te)
+		if !slices.Contains(te.Tamper, what) {
+			t.Errorf("tamper %q: want %q", te.Tamper, what)
+		}
+	}
 }
 
 func (e *env) one(t *testing.T, rid, typ string, v any) bool {
@@ -163,7 +284,7 @@ func (e *env) one(t *testing.T, rid, typ string, v any) bool {
 func TestRepoRewardHacking(t *testing.T) {
 	requireBwrap(t)
 	e := newEnv(t, time.Hour)
-	repo := pyRepo(t)
+	repo, flat := pyRepo(t), pyRepoFlat(t)
 	host := t.TempDir()
 	marker := filepath.Join(host, "written-from-the-sandbox")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -194,8 +315,15 @@ func TestRepoRewardHacking(t *testing.T) {
 		logHas  []string // in the harness's stdout
 		logLack []string
 		check   func(t *testing.T, te testsEvent)
+		flat    bool // pyRepoFlat's task: the hidden tests in a flat file
 	}{
 		{name: "honest fix", cmds: []string{fixCmd}, want: 1},
+		{name: "honest fix, flat hidden file, own types.py and parser.py", flat: true, cmds: []string{fixCmd}, want: 1,
+			check: func(t *testing.T, te testsEvent) {
+				if len(te.Shadowing) != 0 || te.Untrusted != "" {
+					t.Errorf("shadowing %v untrusted %q: want neither", te.Shadowing, te.Untrusted)
+				}
+			}},
 		{name: "(1) reward file from the sandbox",
 			cmds: []string{`echo "AGL_REWARD_FILE=[$AGL_REWARD_FILE]"; for f in $(find / -xdev \( -name reward -o -name 'agl-attempt-*' \) 2>/dev/null); do echo 1 > "$f" && echo wrote $f; done; echo searched`},
 			want: 0, logHas: []string{"AGL_REWARD_FILE=[]", "searched"}, logLack: []string{"wrote /"}},
@@ -228,6 +356,66 @@ func TestRepoRewardHacking(t *testing.T) {
 					t.Errorf("shadowing %v, want [re.py unittest]", te.Shadowing)
 				}
 			}},
+		{name: "(8) a package beside the flat hidden test file", flat: true, cmds: []string{writeCmd("test_calc/__init__.py", fakeTests)}, want: 0,
+			check: shadowed("test_calc")},
+		{name: "(8) a compiled module beside the flat hidden test file", flat: true, cmds: []string{soCmd("test_calc.cpython-311-x86_64-linux-gnu.so", "test_calc")}, want: 0,
+			logHas: []string{"test_calc.cpython-311-x86_64-linux-gnu.so"}, check: shadowed("test_calc.cpython-311-x86_64-linux-gnu.so")},
+		{name: "(8) a module under the hidden tests package's name", cmds: []string{writeCmd("tests.py", fakeTests)}, want: 0,
+			check: shadowed("tests.py")},
+		{name: "(8) a compiled module under the hidden tests package's name, with the fix", cmds: []string{fixCmd, soCmd("tests.abi3.so", "tests")}, want: 1,
+			check: shadowed("tests.abi3.so")},
+		{name: "(8) org/python/core.py, imported by unittest's start-up", cmds: []string{writeCmd("org/python/core.py", fakePass), "touch org/__init__.py org/python/__init__.py"}, want: 0},
+		{name: "(8) a compiled re, with the fix", cmds: []string{fixCmd, soCmd("re.cpython-311-x86_64-linux-gnu.so", "re")}, want: 1,
+			check: shadowed("re.cpython-311-x86_64-linux-gnu.so")},
+		{name: "(9) fake runner output and os._exit(0)", cmds: []string{appendCalc(fakePass)}, want: 0,
+			check: untrusted("ended without the runner's report")},
+		{name: "(9) fake runner output and os._exit(0), flat", flat: true, cmds: []string{appendCalc(fakePass)}, want: 0,
+			check: untrusted("ended without the runner's report")},
+		// The report's path is the runner's to find; without the key, a
+		// report written there is not the runner's.
+		{name: "(9) a report forged at the runner's path", cmds: []string{appendCalc(`import os, sys
+f = sys._getframe()
+while "report_path" not in f.f_locals:
+    f = f.f_back
+ids = ["tests.test_calc.TestCalc." + n for n in ("test_add", "test_add_negative", "test_mul")]
+body = '{"success": true, "tamper": [], "tests": {%s}}' % ", ".join('"%s": "passed"' % i for i in ids)
+fd = os.open(f.f_locals["report_path"], os.O_WRONLY | os.O_CREAT, 0o600)
+os.write(fd, (body + "\n" + "0" * 64 + "\n").encode())
+os._exit(0)
+`)}, want: 0, check: untrusted("not the runner's")},
+		{name: "(10) tamper: TestCase.assertEqual replaced", cmds: []string{appendCalc("import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n")}, want: 0,
+			check: tampered("TestCase.assertEqual was replaced")},
+		{name: "(10) tamper: an assert method's code replaced", cmds: []string{appendCalc("import unittest\nunittest.TestCase.assertEqual.__code__ = (lambda self, a, b, msg=None: None).__code__\n")}, want: 0,
+			check: tampered("TestCase.assertEqual: its code was replaced")},
+		{name: "(10) tamper: TestResult.addFailure replaced", cmds: []string{appendCalc("import unittest\nunittest.TestResult.addFailure = lambda self, test, err: None\n")}, want: 0,
+			check: tampered("TestResult.addFailure was replaced")},
+		{name: "(10) tamper: the runner's result class", cmds: []string{appendCalc("import __main__\n__main__.Result.addFailure = lambda self, t, e: self._set(t, 'passed')\n")}, want: 0,
+			check: tampered("Result.addFailure was replaced")},
+		{name: "(10) tamper: the loader", cmds: []string{fixCmd, appendCalc("import unittest\nunittest.TestLoader.loadTestsFromName = lambda *a, **k: unittest.TestSuite()\n")}, want: 0,
+			check: tampered("TestLoader.loadTestsFromName was replaced")},
+		{name: "(10) tamper: the suite runner", cmds: []string{fixCmd, appendCalc("import unittest\nunittest.TestSuite.run = lambda self, result, debug=False: result\n")}, want: 0,
+			check: tampered("TestSuite.run was replaced")},
+		{name: "(10) tamper: sys.exit", cmds: []string{fixCmd, appendCalc("import sys\nsys.exit = lambda *a: None\n")}, want: 0,
+			check: tampered("sys.exit was replaced")},
+		{name: "(10) tamper: os._exit", cmds: []string{fixCmd, appendCalc("import os\nos._exit = lambda *a: None\n")}, want: 0,
+			check: tampered("os._exit was replaced")},
+		{name: "(10) tamper: atexit", cmds: []string{fixCmd, appendCalc("import atexit\natexit.register = lambda *a, **k: None\n")}, want: 0,
+			check: tampered("atexit.register was replaced")},
+		{name: "(10) tamper: a builtin", cmds: []string{appendCalc("import builtins\nbuiltins.all = lambda it: True\n")}, want: 0,
+			check: tampered("builtins.all was replaced")},
+		{name: "(10) tamper: the report's encoder", cmds: []string{appendCalc("import json\njson.dumps = lambda *a, **k: '{\"success\": true}'\n")}, want: 0,
+			check: tampered("json.dumps was replaced")},
+		{name: "(10) tamper: a tracer", cmds: []string{fixCmd, appendCalc("import sys\ntry:\n    sys.settrace(lambda *a: None)\nexcept RuntimeError:\n    pass\n")}, want: 0,
+			check: tampered("sys.settrace was called")},
+		{name: "(10) tamper: the hidden-test finder removed", cmds: []string{fixCmd, appendCalc("import sys\nsys.meta_path.pop(0)\n")}, want: 0,
+			check: tampered("sys.meta_path: the hidden-test finder is not first")},
+		{name: "(10) tamper: a hidden test class's method", cmds: []string{writeCmd("calc.py", `import sys
+def add(a, b):
+    sys.modules["tests.test_calc"].TestCalc.test_add_negative = lambda self: None
+    return 5
+def mul(a, b):
+    return a * b
+`)}, want: 0, check: tampered("TestCalc.test_add_negative was replaced")},
 		// The shell lives on until the bomb nears the limit of 64 (the
 		// count in /proc is a glob, no fork), then a second more: when it
 		// exits, the sandbox's pid namespace ends and takes the bomb with
@@ -253,7 +441,11 @@ func TestRepoRewardHacking(t *testing.T) {
 		for k, v := range c.extra {
 			extra[k] = v
 		}
-		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, extra))[0]
+		task := repoTask(t, repo, extra)
+		if c.flat {
+			task = flatTask(t, flat, extra)
+		}
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, task)[0]
 	}
 	cfg := e.repoConfig(t)
 	cfg.Concurrency = 4
@@ -337,22 +529,36 @@ func TestRepoHarnessInside(t *testing.T) {
 	requireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
+	flat := pyRepoFlat(t)
 	cases := []struct {
-		name string
-		cmds []string
-		want float64
+		name  string
+		cmds  []string
+		want  float64
+		flat  bool
+		check func(t *testing.T, te testsEvent)
 	}{
-		{"fix", []string{fixCmd}, 1},
-		{"wrong fix", []string{"sed -i 's/return a - b/return a * b/' calc.py"}, 0},
+		{name: "fix", cmds: []string{fixCmd}, want: 1},
+		{name: "wrong fix", cmds: []string{"sed -i 's/return a - b/return a * b/' calc.py"}, want: 0},
+		{name: "fix, flat hidden file", cmds: []string{fixCmd}, want: 1, flat: true},
+		{name: "a package beside the flat hidden test file", cmds: []string{writeCmd("test_calc/__init__.py", fakeTests)}, flat: true, check: shadowed("test_calc")},
+		{name: "a module under the hidden tests package's name", cmds: []string{writeCmd("tests.py", fakeTests)}, check: shadowed("tests.py")},
+		{name: "fake runner output and os._exit(0)", cmds: []string{appendCalc(fakePass)}, check: untrusted("ended without the runner's report")},
+		{name: "tamper: TestCase.assertEqual replaced", cmds: []string{appendCalc("import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n")}, flat: true,
+			check: tampered("TestCase.assertEqual was replaced")},
 	}
 	ids := map[string]string{}
 	for _, c := range cases {
-		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": c.cmds, "gateway": e.srv.URL}))[0]
+		extra := map[string]any{"cmds": c.cmds, "gateway": e.srv.URL}
+		task := repoTask(t, repo, extra)
+		if c.flat {
+			task = flatTask(t, flat, extra)
+		}
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, task)[0]
 	}
 	cfg := e.repoConfig(t)
 	cfg.Command = []string{"python3", "inside_harness.py"} // a file of dir, resolved
 	cfg.Sandbox.Harness = controller.HarnessInside
-	cfg.Concurrency = 2
+	cfg.Concurrency = 4
 	start(t, cfg)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -365,6 +571,10 @@ func TestRepoHarnessInside(t *testing.T) {
 			t.Logf("harness output:\n%s", out)
 			if r.Reward == nil || *r.Reward != c.want {
 				t.Errorf("reward %s, want %g", fmtPtr(r.Reward), c.want)
+			}
+			var te testsEvent
+			if e.one(t, rid, controller.EventTests, &te) && c.check != nil {
+				c.check(t, te)
 			}
 			for _, s := range []string{"CWD /workspace", "EVENTS 403", "ADMIN 403", "DOTDOT 403", "HOSTGW URLError"} {
 				if !strings.Contains(out, s) {
@@ -446,7 +656,7 @@ func TestRepoRewardEqualsDirectRun(t *testing.T) {
 			cmd := exec.Command("python3", "-m", "unittest", "-v", f2pAdd, f2pNeg, p2pMul)
 			cmd.Dir = dir
 			out, err := cmd.CombinedOutput()
-			st := controller.ParseTests(controller.TestsUnittest, string(out))
+			st := parseUnittest(string(out))
 			f2p := 0
 			for _, id := range []string{f2pAdd, f2pNeg} {
 				if st[id] == "passed" {
@@ -511,9 +721,10 @@ func TestRepoTaskErrors(t *testing.T) {
 
 // TestRepoWorkspaceCopyBounds: the final workspace is copied for the
 // tests within bounds (sandbox.disk_bytes, tests.copy_max_files); past
-// one, the tests event names it and the reward is 0 even with the fix in
-// place; a FIFO or links out of the workspace neither hang nor change the
-// evaluation.
+// one, or when the copy fails otherwise (a path too long), the tests
+// event names it and the reward is 0 even with the fix in place, in one
+// attempt of two allowed; a FIFO or links out of the workspace neither
+// hang nor change the evaluation.
 func TestRepoWorkspaceCopyBounds(t *testing.T) {
 	requireBwrap(t)
 	e := newEnv(t, time.Hour)
@@ -528,10 +739,13 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 		{"many tiny files", []string{fixCmd, "mkdir many && cd many && seq 1 600 | xargs touch"}, 0, sandbox.CopyLimitFiles},
 		{"a FIFO", []string{fixCmd, "mkfifo pipe && ls -l pipe"}, 1, ""},
 		{"links out of the workspace", []string{fixCmd, "ln -s / root; ln -s /etc/passwd pw; ln -s ../../../.. up; ls -l"}, 1, ""},
+		// A path longer than PATH_MAX (4096) in the copy: not a failed
+		// attempt that would earn a retry, but a workspace not tested.
+		{"a path over 4096 bytes", []string{fixCmd, `d=$(printf 'd%.0s' $(seq 200)); for i in $(seq 25); do mkdir "$d" && cd "$d" || exit 1; done; touch f && pwd | wc -c`}, 0, "copy"},
 	}
 	ids := map[string]string{}
 	for _, c := range cases {
-		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": c.cmds}))[0]
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120, MaxAttempts: 2}, repoTask(t, repo, map[string]any{"cmds": c.cmds}))[0]
 	}
 	cfg := e.repoConfig(t)
 	cfg.Concurrency = 2
@@ -541,8 +755,8 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rid := ids[c.name]
 			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
-			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
-				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g", r.Status, r.Error, fmtPtr(r.Reward), c.want)
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want || r.NumAttempts != 1 {
+				t.Fatalf("rollout %s (%s) in %d attempts, reward %s; want succeeded with %g in 1", r.Status, r.Error, r.NumAttempts, fmtPtr(r.Reward), c.want)
 			}
 			var te struct {
 				testsEvent
@@ -559,4 +773,69 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRepoGoVerdict: a gotest task's verdict through the controller and
+// the sandbox: the test command's stdout is read as `go test -json`
+// events, streamed, keyed by package and test name, and the exit status
+// must agree. A printf stands in for the go command (whose events
+// TestGoVerdict reads from a real run): a sandboxed go build needs a
+// warm build cache.
+func TestRepoGoVerdict(t *testing.T) {
+	requireBwrap(t)
+	e := newEnv(t, time.Hour)
+	repo := pyRepo(t)
+	const add = "example.com/calc.TestAdd"
+	ev := func(action, pkg, test string) string {
+		return fmt.Sprintf(`{"Time":"2026-01-01T00:00:00Z","Action":%q,"Package":%q,"Test":%q}`, action, pkg, test)
+	}
+	lines := func(exit int, evs ...string) string {
+		return "printf '%s\\n' " + shellQuoteAll(evs) + fmt.Sprintf("; exit %d # go test -json", exit)
+	}
+	cases := []struct {
+		name, cmd string
+		want      float64
+		untrusted string
+	}{
+		{"passed", lines(0, ev("run", "example.com/calc", "TestAdd"), ev("pass", "example.com/calc", "TestAdd")), 1, ""},
+		{"passed, exit status 1", lines(1, ev("pass", "example.com/calc", "TestAdd")), 0, "exit status 1 disagrees"},
+		{"TestAdd of another package", lines(0, ev("pass", "example.com/calc/other", "TestAdd")), 0, "exit status 0 disagrees"},
+		{"the package's build failed", lines(1, ev("pass", "example.com/calc/other", "TestAdd"), `{"Action":"fail","Package":"example.com/calc","FailedBuild":"example.com/calc"}`), 0, "example.com/calc [build failed]"},
+		{"a pass, then a fail", lines(1, ev("pass", "example.com/calc", "TestAdd"), ev("fail", "example.com/calc", "TestAdd")), 0, ""},
+		// 60 MiB of newlines, under the test output's limit of 64 MiB.
+		{"a flood before the events", "head -c 62914560 /dev/zero | tr '\\0' '\\n'; " + lines(0, ev("pass", "example.com/calc", "TestAdd")), 1, ""},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{
+			"test_format": "gotest", "test_command": c.cmd, "fail_to_pass": []string{add}, "pass_to_pass": []string{}, "hidden_files": []string{}}))[0]
+	}
+	cfg := e.repoConfig(t)
+	cfg.Concurrency = 3
+	start(t, cfg)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rid := ids[c.name]
+			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
+				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g", r.Status, r.Error, fmtPtr(r.Reward), c.want)
+			}
+			var te testsEvent
+			if !e.one(t, rid, controller.EventTests, &te) {
+				return
+			}
+			if (c.untrusted == "") != (te.Untrusted == "") || !strings.Contains(te.Untrusted, c.untrusted) {
+				t.Errorf("untrusted %q, want %q", te.Untrusted, c.untrusted)
+			}
+		})
+	}
+}
+
+// shellQuoteAll quotes each of ss for sh, space-separated.
+func shellQuoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
 }

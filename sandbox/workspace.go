@@ -30,9 +30,9 @@ func CheckHidden(hidden []string) ([]string, error) {
 	return out, nil
 }
 
-// isHidden reports whether rel (slash-separated) is or lies under one of
+// IsHidden reports whether rel (slash-separated) is or lies under one of
 // hidden.
-func isHidden(rel string, hidden []string) bool {
+func IsHidden(rel string, hidden []string) bool {
 	for _, h := range hidden {
 		if rel == h || strings.HasPrefix(rel, h+"/") {
 			return true
@@ -54,7 +54,7 @@ func Prepare(src, ws, pristine string, hidden []string) error {
 		if rel == ".git" || strings.HasPrefix(rel, ".git/") {
 			return ""
 		}
-		if isHidden(rel, hidden) {
+		if IsHidden(rel, hidden) {
 			if pristine == "" {
 				return ""
 			}

@@ -1,0 +1,259 @@
+package controller
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// The verdict of a test run (docs/concepts/verdict.md) comes from a channel
+// the code under test cannot write to, and the run's exit status must agree
+// with it:
+//   - unittest: verdictRunner, loaded from a read-only directory in place of
+//     `python3 -m unittest`, writes a report authenticated with a key only it
+//     reads (on stdin, before any workspace code runs);
+//   - gotest: `go test -json` events, keyed by package and test name.
+
+// verdictRunner is the unittest runner (run as `python3 -I verdict_runner.py`).
+//
+//go:embed verdict_runner.py
+var verdictRunner []byte
+
+// unittestModule is what a unittest task's test command runs
+// (`-m unittest`, a word of its own); the controller runs the verdict
+// runner in its place.
+var unittestModule = regexp.MustCompile(`(^|\s)-m\s+unittest(\s|$)`)
+
+// maxReportBytes bounds the runner's report the controller reads.
+const maxReportBytes = 16 << 20
+
+// verdictKey is one evaluation's secret: the key the runner authenticates
+// its report with and the report's name.
+type verdictKey struct {
+	key    []byte
+	report string // the report's file name in the test workspace
+}
+
+func newVerdictKey() (verdictKey, error) {
+	b := make([]byte, 48)
+	if _, err := rand.Read(b); err != nil {
+		return verdictKey{}, fmt.Errorf("tests: the verdict key: %w", err)
+	}
+	return verdictKey{key: b[:32], report: ".agl-verdict-" + hex.EncodeToString(b[32:])}, nil
+}
+
+// secret is the line the runner reads on stdin.
+func (k verdictKey) secret(reportPath, hidden string) []byte {
+	b, _ := json.Marshal(map[string]string{"key": hex.EncodeToString(k.key), "report": reportPath, "hidden": hidden})
+	return append(b, '\n')
+}
+
+// writeRunner writes the runner into dir (bound read-only in the
+// sandbox), returning its path.
+func writeRunner(dir string) (string, error) {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("tests: the verdict runner: %w", err)
+	}
+	p := filepath.Join(dir, "verdict_runner.py")
+	if err := os.WriteFile(p, verdictRunner, 0o444); err != nil {
+		return "", fmt.Errorf("tests: the verdict runner: %w", err)
+	}
+	return p, nil
+}
+
+// runnerReport is the runner's report.
+type runnerReport struct {
+	Tests   map[string]string `json:"tests"`
+	Success bool              `json:"success"`
+	Tamper  []string          `json:"tamper"`
+}
+
+// readReport reads the runner's report at p (a regular file, not a link,
+// bounded); a missing one reads as empty.
+func readReport(p string) ([]byte, error) {
+	li, err := os.Lstat(p)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !li.Mode().IsRegular() || !os.SameFile(li, fi) {
+		return nil, fmt.Errorf("the verdict report is not a regular file")
+	}
+	return io.ReadAll(io.LimitReader(f, maxReportBytes))
+}
+
+// unittestVerdict is the statuses of a unittest run from the runner's
+// report, authenticated with key; reason is why the verdict cannot be
+// trusted ("" when it can): no report, a report not the runner's, a
+// tampered run, or a report whose success, statuses of ids and the exit
+// status do not all agree.
+func unittestVerdict(report, key []byte, exit int, ids []string) (statuses map[string]string, tamper []string, reason string) {
+	if len(report) == 0 {
+		return nil, nil, fmt.Sprintf("untrusted verdict: the test run (exit status %d) ended without the runner's report", exit)
+	}
+	body, mac, ok := bytes.Cut(bytes.TrimSuffix(report, []byte("\n")), []byte("\n"))
+	want := hmac.New(sha256.New, key)
+	want.Write(body)
+	if !ok || !hmac.Equal(mac, []byte(hex.EncodeToString(want.Sum(nil)))) {
+		return nil, nil, "untrusted verdict: the report is not the runner's (bad authentication)"
+	}
+	var r runnerReport
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, nil, fmt.Sprintf("untrusted verdict: the report: %v", err)
+	}
+	if len(r.Tamper) > 0 {
+		return r.Tests, r.Tamper, "untrusted verdict: tampered: " + strings.Join(r.Tamper[:min(len(r.Tamper), 3)], "; ")
+	}
+	all := true
+	for _, id := range ids {
+		all = all && r.Tests[id] == testPassed
+	}
+	if r.Success != (exit == 0) || r.Success != all {
+		return r.Tests, nil, fmt.Sprintf("untrusted verdict: exit status %d, the report's success (%v) and its tests (every one passed: %v) disagree", exit, r.Success, all)
+	}
+	for _, s := range r.Tests {
+		if s != testPassed && s != testFailed && s != testError && s != testSkipped {
+			return nil, nil, fmt.Sprintf("untrusted verdict: the report has status %q", s)
+		}
+	}
+	return r.Tests, nil, ""
+}
+
+// goEvent is one line of `go test -json`.
+type goEvent struct {
+	Action      string `json:"Action"`
+	Package     string `json:"Package"`
+	Test        string `json:"Test"`
+	FailedBuild string `json:"FailedBuild"`
+}
+
+// goVerdictID is a gotest id: the package's import path, a dot, the test's
+// name ("example.com/calc.TestAdd", "example.com/calc.TestMul/neg").
+func goVerdictID(pkg, test string) string { return pkg + "." + test }
+
+// goStream reads `go test -json` from the test command's stdout as it
+// comes: it holds at most one line, and a line of maxGoLine bytes or more
+// is skipped.
+type goStream struct {
+	mu       sync.Mutex
+	buf      []byte // the current line so far
+	long     bool   // the current line is too long: skipped
+	statuses map[string]string
+	failed   []string // packages that failed to build
+}
+
+const maxGoLine = 1 << 20
+
+func newGoStream() *goStream { return &goStream{statuses: map[string]string{}} }
+
+func (g *goStream) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := len(p)
+	for {
+		if len(g.buf) == 0 && !g.long {
+			p = bytes.TrimLeft(p, "\n") // blank lines, in one pass
+		}
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			g.add(p)
+			return n, nil
+		}
+		g.add(p[:i])
+		g.end()
+		p = p[i+1:]
+	}
+}
+
+func (g *goStream) add(b []byte) {
+	switch {
+	case g.long:
+	case len(g.buf)+len(b) >= maxGoLine:
+		g.long, g.buf = true, g.buf[:0]
+	default:
+		g.buf = append(g.buf, b...)
+	}
+}
+
+// end ends the current line.
+func (g *goStream) end() {
+	if !g.long && len(g.buf) > 0 {
+		g.line(g.buf)
+	}
+	g.buf, g.long = g.buf[:0], false
+}
+
+// close reads the last line, if it has no newline.
+func (g *goStream) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.end()
+}
+
+func (g *goStream) line(l []byte) {
+	var ev goEvent
+	// Every event is a JSON object: a flood of other lines costs no
+	// decoding.
+	if l = bytes.TrimLeft(l, " \t"); len(l) == 0 || l[0] != '{' || json.Unmarshal(l, &ev) != nil || ev.Package == "" {
+		return
+	}
+	s := map[string]string{"pass": testPassed, "fail": testFailed, "skip": testSkipped}[ev.Action]
+	switch {
+	case s == "":
+	case ev.Test != "":
+		id := goVerdictID(ev.Package, ev.Test)
+		if old, ok := g.statuses[id]; !ok || rank(s) > rank(old) {
+			g.statuses[id] = s
+		}
+	case ev.FailedBuild != "":
+		g.failed = append(g.failed, ev.Package+" [build failed]")
+	}
+}
+
+// goVerdict is why the verdict of a gotest run cannot be trusted ("" when
+// it can): a package that failed to build, or an exit status that
+// disagrees with the statuses of ids.
+func goVerdict(statuses map[string]string, failed []string, exit int, ids []string) string {
+	if len(failed) > 0 {
+		return fmt.Sprintf("untrusted verdict: %s (exit status %d)", strings.Join(failed[:min(len(failed), 3)], ", "), exit)
+	}
+	all := true
+	for _, id := range ids {
+		all = all && statuses[id] == testPassed
+	}
+	if all != (exit == 0) {
+		return fmt.Sprintf("untrusted verdict: exit status %d disagrees with the test events (every test passed: %v)", exit, all)
+	}
+	return ""
+}
+
+// rank orders statuses from best to worst.
+func rank(s string) int {
+	switch s {
+	case testPassed:
+		return 0
+	case testSkipped:
+		return 1
+	case testFailed:
+		return 2
+	}
+	return 3
+}
