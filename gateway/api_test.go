@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,26 +15,16 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
-	"github.com/aglrl/agl/store/sqlite"
 )
 
 const admin = "test-admin-key"
 
-func newStore(t testing.TB) store.Store {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
-
 func newServer(t *testing.T, opt gateway.Options) (*httptest.Server, store.Store) {
 	t.Helper()
 	if opt.Store == nil {
-		opt.Store = newStore(t)
+		opt.Store = testutil.SQLite(t)
 	}
 	if opt.AdminKey == "" {
 		opt.AdminKey = admin
@@ -266,7 +255,7 @@ func serve(t *testing.T, opt gateway.Options) (string, context.CancelFunc, func(
 }
 
 func TestReaperThroughGateway(t *testing.T) {
-	st := newStore(t)
+	st := testutil.SQLite(t)
 	url, _, _ := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: 50 * time.Millisecond})
 	c := ctx(t)
 	adm := api.NewClient(url, admin)
@@ -309,7 +298,7 @@ func TestReaperThroughGateway(t *testing.T) {
 }
 
 func TestTerminalLongPoll(t *testing.T) {
-	st := newStore(t)
+	st := testutil.SQLite(t)
 	url, _, _ := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1})
 	c := ctx(t)
 	adm := api.NewClient(url, admin)
@@ -348,7 +337,7 @@ func TestTerminalLongPoll(t *testing.T) {
 }
 
 func TestRefusesOpenNonLoopback(t *testing.T) {
-	s := gateway.New(gateway.Options{Store: newStore(t)})
+	s := gateway.New(gateway.Options{Store: testutil.SQLite(t)})
 	err := s.ListenAndServe(context.Background(), "0.0.0.0:0", time.Second, nil)
 	if err == nil || !strings.Contains(err.Error(), "admin key") {
 		t.Fatalf("err = %v", err)
@@ -356,7 +345,7 @@ func TestRefusesOpenNonLoopback(t *testing.T) {
 }
 
 func TestShutdownDrainsInFlight(t *testing.T) {
-	st := newStore(t)
+	st := testutil.SQLite(t)
 	url, cancel, done := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1})
 	c := ctx(t)
 	adm := api.NewClient(url, admin)

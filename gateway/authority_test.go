@@ -7,6 +7,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -53,7 +54,7 @@ func TestRevokeKey(t *testing.T) {
 // (everything open, loopback only), a scoped key still may not forge
 // gateway-owned events.
 func TestScopedKeyIsHarnessWithoutAdminKey(t *testing.T) {
-	st := newStore(t)
+	st := testutil.SQLite(t)
 	srv := httptest.NewServer(gateway.New(gateway.Options{Store: st}))
 	t.Cleanup(srv.Close)
 	c := ctx(t)
