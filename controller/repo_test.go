@@ -151,6 +151,9 @@ func (e *env) one(t *testing.T, rid, typ string, v any) bool {
 // in bounded time; the host and the other attempts are untouched; the
 // sandbox and tests events say which limits and tricks were seen.
 func TestRepoRewardHacking(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a soak: every reward-hacking row in sandboxes at once, bounded by their limits (tens of seconds)")
+	}
 	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
@@ -385,6 +388,9 @@ func TestRepoHarnessInside(t *testing.T) {
 // python3) on the final workspace (kept by keep_workspaces) with the
 // pristine hidden files; with partial credit too.
 func TestRepoRewardEqualsDirectRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every task's tests sandboxed and directly (tens of seconds)")
+	}
 	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)

@@ -144,6 +144,9 @@ func generate(t *testing.T) string {
 // at least one failing, its snapshot differs from the library in exactly
 // the mutated line, and the hidden files are the module's tests.
 func TestGen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("generates the task set twice and runs every module's tests (a minute)")
+	}
 	dir := generate(t)
 	cwd, _ := os.Getwd()
 	rel0, _ := filepath.Rel(cwd, genDirs[0])
