@@ -49,6 +49,7 @@ func statusOf(err error) int {
 }
 
 func TestScopedKeys(t *testing.T) {
+	t.Parallel()
 	srv, _ := newServer(t, gateway.Options{})
 	c := ctx(t)
 	adm := api.NewClient(srv.URL, admin)
@@ -123,6 +124,7 @@ func TestScopedKeys(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	srv, st := newServer(t, gateway.Options{MaxBodyBytes: 1 << 10})
 	c := ctx(t)
 	st.CreateRollouts(c, []store.NewRollout{{ID: "r"}, {ID: "done"}})
@@ -208,6 +210,7 @@ func TestBadInput(t *testing.T) {
 // TestTrainStepsAndStepFilter: a trainer in another process reports its
 // steps over HTTP; rollouts list by step.
 func TestTrainStepsAndStepFilter(t *testing.T) {
+	t.Parallel()
 	srv, _ := newServer(t, gateway.Options{})
 	c := ctx(t)
 	adm := api.NewClient(srv.URL, admin)
@@ -255,6 +258,7 @@ func serve(t *testing.T, opt gateway.Options) (string, context.CancelFunc, func(
 }
 
 func TestReaperThroughGateway(t *testing.T) {
+	t.Parallel()
 	st := testutil.SQLite(t)
 	url, _, _ := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: 50 * time.Millisecond})
 	c := ctx(t)
@@ -298,6 +302,7 @@ func TestReaperThroughGateway(t *testing.T) {
 }
 
 func TestTerminalLongPoll(t *testing.T) {
+	t.Parallel()
 	st := testutil.SQLite(t)
 	url, _, _ := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1})
 	c := ctx(t)
@@ -337,6 +342,7 @@ func TestTerminalLongPoll(t *testing.T) {
 }
 
 func TestRefusesOpenNonLoopback(t *testing.T) {
+	t.Parallel()
 	s := gateway.New(gateway.Options{Store: testutil.SQLite(t)})
 	err := s.ListenAndServe(context.Background(), "0.0.0.0:0", time.Second, nil)
 	if err == nil || !strings.Contains(err.Error(), "admin key") {
@@ -345,6 +351,7 @@ func TestRefusesOpenNonLoopback(t *testing.T) {
 }
 
 func TestShutdownDrainsInFlight(t *testing.T) {
+	t.Parallel()
 	st := testutil.SQLite(t)
 	url, cancel, done := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1})
 	c := ctx(t)

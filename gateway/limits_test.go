@@ -68,6 +68,7 @@ func rawRequest(t *testing.T, addr string, raw string) (*http.Response, []byte) 
 // before any handler runs and those of the connection cap, is an HTTP
 // answer in the {"error":{"code","message"}} shape.
 func TestRefusalsAreJSON(t *testing.T) {
+	t.Parallel()
 	st := testutil.SQLite(t)
 	addr := serveLimited(t, gateway.Options{Store: st, MaxBodyBytes: 1 << 10, Limits: gateway.Limits{
 		MaxHeaderBytes: 1 << 10, ReadBodyTimeout: 300 * time.Millisecond,
@@ -414,6 +415,7 @@ func BenchmarkAuthenticatedUnderSlowClients(b *testing.B) {
 // TestEventCountCap: the /api events route takes at most
 // store.MaxEventsPerRequest events per request, as /r/…/events does.
 func TestEventCountCap(t *testing.T) {
+	t.Parallel()
 	srv, st := newServer(t, gateway.Options{})
 	c := ctx(t)
 	st.CreateRollouts(c, []store.NewRollout{{ID: "r"}})
@@ -441,6 +443,7 @@ func TestEventCountCap(t *testing.T) {
 // or x-api-key; both only with the same key; a non-Bearer Authorization is
 // ignored.
 func TestAuthHeaderPrecedence(t *testing.T) {
+	t.Parallel()
 	srv, st := newServer(t, gateway.Options{})
 	c := ctx(t)
 	st.CreateRollouts(c, []store.NewRollout{{ID: "r"}})

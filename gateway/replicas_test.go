@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -60,9 +59,6 @@ func (p *pausable) Drain(ctx context.Context) error {
 // and returns their URLs and the schema's URL.
 func replicas(tb testing.TB, n int, shared bool, waitPoll time.Duration) ([]string, string) {
 	tb.Helper()
-	if os.Getenv(pgtest.EnvURL) == "" {
-		tb.Skip(pgtest.EnvURL + " is unset; run under scripts/with-postgres.sh")
-	}
 	u := pgtest.URL(tb)
 	var urls []string
 	for range n {
@@ -136,6 +132,7 @@ func wakeOnce(tb testing.TB, a, b *api.Client, id string, delay time.Duration) (
 // soon as a rollout ends through another, though its poll fallback is an
 // hour: the notification woke it.
 func TestTerminalWakesAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	urls, _ := replicas(t, 2, true, time.Hour)
 	a, b := api.NewClient(urls[0], admin), api.NewClient(urls[1], admin)
 	if d, _ := wakeOnce(t, a, b, "r1", 30*time.Millisecond); d > 10*time.Second {
@@ -148,6 +145,7 @@ func TestTerminalWakesAcrossReplicas(t *testing.T) {
 // so (a notification, or the pause watch's poll), and a replica started
 // while paused starts paused.
 func TestPauseAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	urls, u := replicas(t, 2, true, time.Hour)
 	cs := []*api.Client{api.NewClient(urls[0], admin), api.NewClient(urls[1], admin)}
 	c := ctx(t)
@@ -188,9 +186,7 @@ func TestPauseAcrossReplicas(t *testing.T) {
 // calls in flight on the others (their reports in the store), and GET
 // /api/gateway lists the live replicas.
 func TestDrainAcrossReplicas(t *testing.T) {
-	if os.Getenv(pgtest.EnvURL) == "" {
-		t.Skip(pgtest.EnvURL + " is unset; run under scripts/with-postgres.sh")
-	}
+	t.Parallel()
 	u := pgtest.URL(t)
 	urlA, llmA := startReplica(t, u, true, time.Hour)
 	urlB, llmB := startReplica(t, u, true, time.Hour)

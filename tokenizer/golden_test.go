@@ -84,8 +84,10 @@ type pretokRec struct {
 }
 
 func TestGoldenEncode(t *testing.T) {
+	t.Parallel()
 	for _, name := range fixtureNames {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tok := fixtureBPE(t, name)
 			recs := readJSONL[goldenRec](t, filepath.Join(fixtureDir, name, "golden.jsonl"))
 			fails := 0
@@ -106,8 +108,10 @@ func TestGoldenEncode(t *testing.T) {
 }
 
 func TestGoldenDecode(t *testing.T) {
+	t.Parallel()
 	for _, name := range fixtureNames {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tok := fixtureBPE(t, name)
 			recs := readJSONL[goldenRec](t, filepath.Join(fixtureDir, name, "decode.jsonl"))
 			for i, r := range recs {
@@ -122,6 +126,7 @@ func TestGoldenDecode(t *testing.T) {
 // TestGoldenRoundTrip checks Decode(Encode(text)) == NFC-free text for
 // the golden corpus (Llama 3 has no normalizer, so it must be exact).
 func TestGoldenRoundTrip(t *testing.T) {
+	t.Parallel()
 	tok := fixtureBPE(t, "llama3")
 	recs := readJSONL[goldenRec](t, filepath.Join(fixtureDir, "llama3", "golden.jsonl"))
 	for i, r := range recs {
@@ -132,8 +137,10 @@ func TestGoldenRoundTrip(t *testing.T) {
 }
 
 func TestPretokenize(t *testing.T) {
+	t.Parallel()
 	for _, name := range fixtureNames {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tok := fixtureBPE(t, name)
 			recs := readJSONL[pretokRec](t, filepath.Join(fixtureDir, name, "pretokenize.jsonl"))
 			for i, r := range recs {
