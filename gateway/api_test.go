@@ -258,7 +258,6 @@ func serve(t *testing.T, opt gateway.Options) (string, context.CancelFunc, func(
 }
 
 func TestReaperThroughGateway(t *testing.T) {
-	t.Parallel()
 	st := testutil.SQLite(t)
 	url, _, _ := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: 50 * time.Millisecond})
 	c := ctx(t)
@@ -302,7 +301,6 @@ func TestReaperThroughGateway(t *testing.T) {
 }
 
 func TestTerminalLongPoll(t *testing.T) {
-	t.Parallel()
 	st := testutil.SQLite(t)
 	url, _, _ := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1})
 	c := ctx(t)
@@ -351,7 +349,6 @@ func TestRefusesOpenNonLoopback(t *testing.T) {
 }
 
 func TestShutdownDrainsInFlight(t *testing.T) {
-	t.Parallel()
 	st := testutil.SQLite(t)
 	url, cancel, done := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1})
 	c := ctx(t)

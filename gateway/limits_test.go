@@ -415,7 +415,6 @@ func BenchmarkAuthenticatedUnderSlowClients(b *testing.B) {
 // TestEventCountCap: the /api events route takes at most
 // store.MaxEventsPerRequest events per request, as /r/…/events does.
 func TestEventCountCap(t *testing.T) {
-	t.Parallel()
 	srv, st := newServer(t, gateway.Options{})
 	c := ctx(t)
 	st.CreateRollouts(c, []store.NewRollout{{ID: "r"}})

@@ -218,7 +218,6 @@ func (r *recorded) RecordEvents(ctx context.Context, rid, aid string, evs []stor
 // store was reopened (bases decoded from the file), while it takes a
 // fraction of the space.
 func TestLongHorizonEventsReadBack(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agl.db")

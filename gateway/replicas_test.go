@@ -132,7 +132,6 @@ func wakeOnce(tb testing.TB, a, b *api.Client, id string, delay time.Duration) (
 // soon as a rollout ends through another, though its poll fallback is an
 // hour: the notification woke it.
 func TestTerminalWakesAcrossReplicas(t *testing.T) {
-	t.Parallel()
 	urls, _ := replicas(t, 2, true, time.Hour)
 	a, b := api.NewClient(urls[0], admin), api.NewClient(urls[1], admin)
 	if d, _ := wakeOnce(t, a, b, "r1", 30*time.Millisecond); d > 10*time.Second {
@@ -145,7 +144,6 @@ func TestTerminalWakesAcrossReplicas(t *testing.T) {
 // so (a notification, or the pause watch's poll), and a replica started
 // while paused starts paused.
 func TestPauseAcrossReplicas(t *testing.T) {
-	t.Parallel()
 	urls, u := replicas(t, 2, true, time.Hour)
 	cs := []*api.Client{api.NewClient(urls[0], admin), api.NewClient(urls[1], admin)}
 	c := ctx(t)
@@ -186,7 +184,6 @@ func TestPauseAcrossReplicas(t *testing.T) {
 // calls in flight on the others (their reports in the store), and GET
 // /api/gateway lists the live replicas.
 func TestDrainAcrossReplicas(t *testing.T) {
-	t.Parallel()
 	u := pgtest.URL(t)
 	urlA, llmA := startReplica(t, u, true, time.Hour)
 	urlB, llmB := startReplica(t, u, true, time.Hour)
