@@ -14,9 +14,10 @@ import (
 	"github.com/aglrl/agl/tokenizer"
 )
 
-// fixtureDir is ../shared/fixtures/tokenizer relative to the repository
-// root; tests run in the package directory.
-const fixtureDir = "../../shared/fixtures/tokenizer"
+// fixtureDir is testdata/tokenizer at the repository root (the golden
+// tokenizer fixtures, with their licenses); tests run in the package
+// directory.
+const fixtureDir = "../testdata/tokenizer"
 
 var qwenOnce struct {
 	sync.Once

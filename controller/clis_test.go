@@ -3,89 +3,19 @@
 package controller_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"github.com/aglrl/agl/internal/fixture"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/controller"
-	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
-
-// scriptEngine stands in for the model: each Generate answers the next
-// scripted assistant message, rendered to ids by the real Qwen3 template
-// (so the gateway parses real Qwen3 tool-call text).
-type scriptEngine struct {
-	tmpl    *chat.ChatML
-	mu      sync.Mutex
-	replies []chat.Message
-	calls   int
-}
-
-func (e *scriptEngine) push(ms ...chat.Message) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.replies = append(e.replies, ms...)
-}
-
-func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.calls++
-	if len(e.replies) == 0 {
-		return engine.Result{}, errors.New("script engine: no reply scripted")
-	}
-	m := e.replies[0]
-	e.replies = e.replies[1:]
-	ids, mask, err := e.tmpl.RenderMasked(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}, m}})
-	if err != nil {
-		return engine.Result{}, err
-	}
-	var out []int32
-	for i, id := range ids {
-		if mask[i] {
-			out = append(out, id)
-		}
-	}
-	return engine.Result{IDs: out, Logprobs: make([]float32, len(out)), FinishReason: engine.FinishStop, Model: "agl-test", ModelVersion: 1}, nil
-}
-
-func (e *scriptEngine) ModelName() string { return "agl-test" }
-func (e *scriptEngine) Version() int64    { return 1 }
-func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
-
-// qwen3 loads ../shared/fixtures/tokenizer/qwen3 (above the checkout).
-func qwen3(t *testing.T) *chat.ChatML { return fixture.CLITemplate(t, "qwen3") }
-
-// cliDir is the installed CLIs' bin folder (scripts/install-clis.sh);
-// without them the test skips, except with AGL_REQUIRE_CLIS=1 or CI.
-func cliDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("AGL_CLIS_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", ".cache", "npm-clis", "node_modules", ".bin")
-	}
-	dir, _ = filepath.Abs(dir)
-	for _, n := range []string{"claude", "codex"} {
-		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-			msg := n + " is not installed in " + dir + ": run scripts/install-clis.sh"
-			if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("AGL_REQUIRE_CLIS") == "1" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	return dir
-}
 
 // TestCLIsInsideSandbox: the real Claude Code and Codex CLIs run as the
 // harness inside the sandbox (sandbox.harness: inside), reaching only
@@ -93,10 +23,10 @@ func cliDir(t *testing.T) string {
 // in the CLI's own shell tool (reward 1 from the hidden tests) or a wrong
 // fix (reward 0).
 func TestCLIsInsideSandbox(t *testing.T) {
-	requireBwrap(t)
-	bins := cliDir(t)
-	ml := qwen3(t)
-	eng := &scriptEngine{tmpl: ml}
+	testutil.RequireBwrap(t)
+	bins := testutil.CLIs(t, "claude", "codex")
+	ml := testutil.ChatML(t, "qwen3")
+	eng := &testutil.ScriptEngine{Tmpl: ml, ModelVersion: 1, Rendered: true}
 	e := newEnvLLM(t, time.Hour, proxy.NewTokenBackend(eng, ml, ml.Tokenizer(), 0))
 	repo := pyRepo(t)
 	wrong := "sed -i 's/return a - b/return a * b/' calc.py"
@@ -119,7 +49,7 @@ func TestCLIsInsideSandbox(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.cli+" "+c.name, func(t *testing.T) {
-			eng.push(tool(c.cli, c.cmd), chat.Message{Role: chat.RoleAssistant, Content: "Done: add is fixed."})
+			eng.Push(tool(c.cli, c.cmd), chat.Message{Role: chat.RoleAssistant, Content: "Done: add is fixed."})
 			rid := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 240}, repoTask(t, repo, nil))[0]
 			cfg := e.repoConfig(t)
 			script, _ := filepath.Abs(filepath.Join("testdata", c.cli+"_inside.sh"))

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/sandbox"
 	"github.com/aglrl/agl/store"
 )
@@ -34,17 +35,6 @@ func TestMain(m *testing.M) {
 		os.Exit(sandbox.ForwardMain(context.Background(), os.Args[3:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
-}
-
-// requireBwrap skips without bubblewrap, unless AGL_REQUIRE_BWRAP=1 (CI).
-func requireBwrap(t testing.TB) {
-	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("AGL_REQUIRE_BWRAP") == "1" {
-			t.Fatal("bubblewrap (bwrap) is not installed and AGL_REQUIRE_BWRAP=1")
-		}
-		t.Skip("bubblewrap (bwrap) is not installed")
-	}
 }
 
 const (
@@ -282,7 +272,10 @@ func (e *env) one(t *testing.T, rid, typ string, v any) bool {
 // in bounded time; the host and the other attempts are untouched; the
 // sandbox and tests events say which limits and tricks were seen.
 func TestRepoRewardHacking(t *testing.T) {
-	requireBwrap(t)
+	if testing.Short() {
+		t.Skip("a soak: every reward-hacking row in sandboxes at once, bounded by their limits (tens of seconds)")
+	}
+	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo, flat := pyRepo(t), pyRepoFlat(t)
 	host := t.TempDir()
@@ -526,7 +519,7 @@ def mul(a, b):
 // refused); it sees no reward file, events URL or admin key; the tests
 // still decide the reward.
 func TestRepoHarnessInside(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
 	flat := pyRepoFlat(t)
@@ -605,7 +598,10 @@ func TestRepoHarnessInside(t *testing.T) {
 // python3) on the final workspace (kept by keep_workspaces) with the
 // pristine hidden files; with partial credit too.
 func TestRepoRewardEqualsDirectRun(t *testing.T) {
-	requireBwrap(t)
+	if testing.Short() {
+		t.Skip("runs every task's tests sandboxed and directly (tens of seconds)")
+	}
+	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
 	cases := []struct {
@@ -683,7 +679,7 @@ func TestRepoRewardEqualsDirectRun(t *testing.T) {
 // error naming what was wrong; a setup command runs in the sandbox before
 // the harness, and its failure fails the attempt.
 func TestRepoTaskErrors(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
 	cases := []struct {
@@ -726,7 +722,7 @@ func TestRepoTaskErrors(t *testing.T) {
 // attempt of two allowed; a FIFO or links out of the workspace neither
 // hang nor change the evaluation.
 func TestRepoWorkspaceCopyBounds(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
 	cases := []struct {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -101,7 +102,7 @@ func TestRewardSourceConfig(t *testing.T) {
 // ends it, while unrelated processes the test starts meanwhile — some of
 // them likely on pids the bomb cycled through — are untouched.
 func TestSweepForkBombSparesOthers(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	pids := t.TempDir()
 	id := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 60}, repoTask(t, pyRepo(t), nil))[0]

@@ -14,7 +14,7 @@ func TestConversationAgents(t *testing.T) {
 	e := newEnv(t, admin)
 	cl := e.claim(t, store.NewRollout{ID: "two-agents"}, "w")
 	reply := func(s string) chat.Message { return chat.Message{Role: chat.RoleAssistant, Content: s} }
-	e.eng.push(reply("SQL 1"), reply("no"), reply("SQL 2"), reply("yes"))
+	e.eng.Push(reply("SQL 1"), reply("no"), reply("SQL 2"), reply("yes"))
 	e.rawPost(t, cl, "/agents/writer/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"Write."}]}`, nil)
 	e.rawPost(t, cl, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"Check SQL 1."}]}`, map[string]string{"X-Agl-Agent": "checker"})
 	e.rawPost(t, cl, "/agents/writer/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"Write."},{"role":"assistant","content":"SQL 1"},{"role":"user","content":"Rejected."}]}`, nil)

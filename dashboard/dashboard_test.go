@@ -478,7 +478,7 @@ func TestTokensView(t *testing.T) {
 
 	// A harness that rewrites its history: the second call starts anew.
 	cl := e.claim(t, store.NewRollout{ID: "rewrite"}, "worker-2")
-	e.eng.push(chat.Message{Role: chat.RoleAssistant, Content: "First answer."}, chat.Message{Role: chat.RoleAssistant, Content: "Second answer."})
+	e.eng.Push(chat.Message{Role: chat.RoleAssistant, Content: "First answer."}, chat.Message{Role: chat.RoleAssistant, Content: "Second answer."})
 	e.rawPost(t, cl, "/v1/chat/completions", `{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"One?"}]}`, nil)
 	e.rawPost(t, cl, "/v1/chat/completions", `{"model":"m","messages":[{"role":"system","content":"Be VERY brief."},{"role":"user","content":"One?"},{"role":"assistant","content":"First answer."},{"role":"user","content":"Two?"}]}`, nil)
 	if st, body := e.get(t, "/api/dashboard/rollouts/rewrite/tokens", admin, &v); st != 200 {
@@ -501,7 +501,7 @@ func TestConversationShapes(t *testing.T) {
 	tc := chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{Name: "lookup", Arguments: `{"q": "agl"}`}}}
 
 	cl := e.claim(t, store.NewRollout{ID: "responses"}, "w")
-	e.eng.push(tc, chat.Message{Role: chat.RoleAssistant, Content: "Found it."})
+	e.eng.Push(tc, chat.Message{Role: chat.RoleAssistant, Content: "Found it."})
 	tools := `[{"type":"function","name":"lookup","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}]`
 	out := e.rawPost(t, cl, "/v1/responses", `{"model":"m","instructions":"Use tools.","input":"Find agl.","tools":`+tools+`}`, nil)
 	var r1 struct {
@@ -520,7 +520,7 @@ func TestConversationShapes(t *testing.T) {
 	e.rawPost(t, cl, "/v1/responses", `{"model":"m","instructions":"Use tools.","input":`+in+`,"tools":`+tools+`}`, nil)
 
 	am := e.claim(t, store.NewRollout{ID: "messages"}, "w")
-	e.eng.push(tc, chat.Message{Role: chat.RoleAssistant, Content: "Found it."})
+	e.eng.Push(tc, chat.Message{Role: chat.RoleAssistant, Content: "Found it."})
 	ah := map[string]string{"anthropic-version": "2023-06-01"}
 	atools := `[{"name":"lookup","input_schema":{"type":"object","properties":{"q":{"type":"string"}}}}]`
 	out = e.rawPost(t, am, "/v1/messages", `{"model":"m","max_tokens":100,"system":"Use tools.","messages":[{"role":"user","content":"Find agl."}],"tools":`+atools+`}`, ah)

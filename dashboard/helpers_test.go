@@ -3,15 +3,12 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,65 +18,20 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/dashboard"
-	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
-	"github.com/aglrl/agl/store/sqlite"
 )
 
 const admin = "dash-admin-key"
-
-// scriptEngine stands in for the model: each Generate answers with the
-// next scripted assistant message, rendered to ids by the real template.
-type scriptEngine struct {
-	tmpl    *chat.ChatML
-	version int64
-	mu      sync.Mutex
-	replies []chat.Message
-}
-
-func (e *scriptEngine) push(ms ...chat.Message) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.replies = append(e.replies, ms...)
-}
-
-func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.replies) == 0 {
-		return engine.Result{}, errors.New("script engine: no reply scripted")
-	}
-	m := e.replies[0]
-	e.replies = e.replies[1:]
-	ids, mask, err := e.tmpl.RenderMasked(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}, m}})
-	if err != nil {
-		return engine.Result{}, err
-	}
-	var out []int32
-	for i, id := range ids {
-		if mask[i] {
-			out = append(out, id)
-		}
-	}
-	lps := make([]float32, len(out))
-	for i := range lps {
-		lps[i] = -float32(i%7+1) / 8
-	}
-	return engine.Result{IDs: out, Logprobs: lps, FinishReason: engine.FinishStop, Model: "agl-test", ModelVersion: e.version}, nil
-}
-
-func (e *scriptEngine) ModelName() string { return "agl-test" }
-func (e *scriptEngine) Version() int64    { return e.version }
-func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
 
 // env is a real gateway (SQLite store, LLM proxy over the script engine,
 // dashboard mounted) on loopback HTTP.
 type env struct {
 	st   store.Store
 	px   *proxy.Proxy
-	eng  *scriptEngine
+	eng  *testutil.ScriptEngine
 	tmpl *chat.ChatML
 	srv  *httptest.Server
 	// keys holds every scoped key handed out, to check none leaks.
@@ -97,16 +49,12 @@ func testCtx(t testing.TB) context.Context {
 
 func newEnv(t testing.TB, adminKey string) *env {
 	t.Helper()
-	st, err := sqlite.Open(testCtx(t), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := testutil.SQLite(t)
 	tmpl, err := chat.NewSmall()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{st: st, tmpl: tmpl, eng: &scriptEngine{tmpl: tmpl, version: 3}}
+	e := &env{st: st, tmpl: tmpl, eng: &testutil.ScriptEngine{Tmpl: tmpl, ModelVersion: 3, Rendered: true}}
 	e.px = proxy.New(proxy.Config{}, st, proxy.NewTokenBackend(e.eng, tmpl, tmpl.Tokenizer(), 0))
 	log := slog.New(slog.DiscardHandler)
 	gw := gateway.New(gateway.Options{Store: st, AdminKey: adminKey, LLM: e.px, ReapInterval: -1, Logger: log, Version: "test"})
@@ -163,7 +111,7 @@ func (e *env) weatherRollout(t testing.TB, id string, step int, city string, rew
 	t.Helper()
 	cl := e.claim(t, store.NewRollout{ID: id, GroupID: fmt.Sprintf("g-s%d", step), Task: json.RawMessage(fmt.Sprintf(`{"city":%q}`, city)),
 		Metadata: json.RawMessage(fmt.Sprintf(`{"step":%d}`, step))}, "worker-1")
-	e.eng.push(
+	e.eng.Push(
 		chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{Name: "get_weather", Arguments: fmt.Sprintf(`{"city": %q}`, city)}}},
 		chat.Message{Role: chat.RoleAssistant, Content: "It is sunny in " + city + ", 24°C."},
 	)

@@ -16,6 +16,7 @@ import (
 // model_request events recorded for that agent, across store pages, with
 // limit and after honoured; a bad name is a 400 in the /api error shape.
 func TestEventsByAgent(t *testing.T) {
+	t.Parallel()
 	srv, st := newServer(t, gateway.Options{})
 	c := ctx(t)
 	if _, err := st.CreateRollouts(c, []store.NewRollout{{ID: "ro", Task: json.RawMessage(`{}`)}}); err != nil {

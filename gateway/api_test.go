@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,26 +15,16 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
-	"github.com/aglrl/agl/store/sqlite"
 )
 
 const admin = "test-admin-key"
 
-func newStore(t testing.TB) store.Store {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
-
 func newServer(t *testing.T, opt gateway.Options) (*httptest.Server, store.Store) {
 	t.Helper()
 	if opt.Store == nil {
-		opt.Store = newStore(t)
+		opt.Store = testutil.SQLite(t)
 	}
 	if opt.AdminKey == "" {
 		opt.AdminKey = admin
@@ -60,6 +49,7 @@ func statusOf(err error) int {
 }
 
 func TestScopedKeys(t *testing.T) {
+	t.Parallel()
 	srv, _ := newServer(t, gateway.Options{})
 	c := ctx(t)
 	adm := api.NewClient(srv.URL, admin)
@@ -134,6 +124,7 @@ func TestScopedKeys(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	srv, st := newServer(t, gateway.Options{MaxBodyBytes: 1 << 10})
 	c := ctx(t)
 	st.CreateRollouts(c, []store.NewRollout{{ID: "r"}, {ID: "done"}})
@@ -219,6 +210,7 @@ func TestBadInput(t *testing.T) {
 // TestTrainStepsAndStepFilter: a trainer in another process reports its
 // steps over HTTP; rollouts list by step.
 func TestTrainStepsAndStepFilter(t *testing.T) {
+	t.Parallel()
 	srv, _ := newServer(t, gateway.Options{})
 	c := ctx(t)
 	adm := api.NewClient(srv.URL, admin)
@@ -266,7 +258,7 @@ func serve(t *testing.T, opt gateway.Options) (string, context.CancelFunc, func(
 }
 
 func TestReaperThroughGateway(t *testing.T) {
-	st := newStore(t)
+	st := testutil.SQLite(t)
 	url, _, _ := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: 50 * time.Millisecond})
 	c := ctx(t)
 	adm := api.NewClient(url, admin)
@@ -309,7 +301,7 @@ func TestReaperThroughGateway(t *testing.T) {
 }
 
 func TestTerminalLongPoll(t *testing.T) {
-	st := newStore(t)
+	st := testutil.SQLite(t)
 	url, _, _ := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1})
 	c := ctx(t)
 	adm := api.NewClient(url, admin)
@@ -348,7 +340,8 @@ func TestTerminalLongPoll(t *testing.T) {
 }
 
 func TestRefusesOpenNonLoopback(t *testing.T) {
-	s := gateway.New(gateway.Options{Store: newStore(t)})
+	t.Parallel()
+	s := gateway.New(gateway.Options{Store: testutil.SQLite(t)})
 	err := s.ListenAndServe(context.Background(), "0.0.0.0:0", time.Second, nil)
 	if err == nil || !strings.Contains(err.Error(), "admin key") {
 		t.Fatalf("err = %v", err)
@@ -356,7 +349,7 @@ func TestRefusesOpenNonLoopback(t *testing.T) {
 }
 
 func TestShutdownDrainsInFlight(t *testing.T) {
-	st := newStore(t)
+	st := testutil.SQLite(t)
 	url, cancel, done := serve(t, gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1})
 	c := ctx(t)
 	adm := api.NewClient(url, admin)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -14,6 +15,7 @@ import (
 // nothing (not even on a gateway that cached it), while the admin still
 // completes the attempt; a scoped key cannot revoke.
 func TestRevokeKey(t *testing.T) {
+	t.Parallel()
 	srv, _ := newServer(t, gateway.Options{})
 	c := ctx(t)
 	adm := api.NewClient(srv.URL, admin)
@@ -53,7 +55,8 @@ func TestRevokeKey(t *testing.T) {
 // (everything open, loopback only), a scoped key still may not forge
 // gateway-owned events.
 func TestScopedKeyIsHarnessWithoutAdminKey(t *testing.T) {
-	st := newStore(t)
+	t.Parallel()
+	st := testutil.SQLite(t)
 	srv := httptest.NewServer(gateway.New(gateway.Options{Store: st}))
 	t.Cleanup(srv.Close)
 	c := ctx(t)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -32,7 +33,7 @@ type fuzzAPI struct {
 }
 
 func newFuzzAPI(f *testing.F, seeds ...string) *fuzzAPI {
-	st := newStore(f)
+	st := testutil.SQLite(f)
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -67,7 +68,8 @@ func rawRequest(t *testing.T, addr string, raw string) (*http.Response, []byte) 
 // before any handler runs and those of the connection cap, is an HTTP
 // answer in the {"error":{"code","message"}} shape.
 func TestRefusalsAreJSON(t *testing.T) {
-	st := newStore(t)
+	t.Parallel()
+	st := testutil.SQLite(t)
 	addr := serveLimited(t, gateway.Options{Store: st, MaxBodyBytes: 1 << 10, Limits: gateway.Limits{
 		MaxHeaderBytes: 1 << 10, ReadBodyTimeout: 300 * time.Millisecond,
 	}}, func(s *gateway.Server) {
@@ -110,7 +112,7 @@ func TestRefusalsAreJSON(t *testing.T) {
 }
 
 func TestPerIPConnectionCap(t *testing.T) {
-	addr := serveLimited(t, gateway.Options{Store: newStore(t), Limits: gateway.Limits{MaxConnsPerIP: 4}}, nil)
+	addr := serveLimited(t, gateway.Options{Store: testutil.SQLite(t), Limits: gateway.Limits{MaxConnsPerIP: 4}}, nil)
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
@@ -164,7 +166,7 @@ func TestPerIPConnectionCap(t *testing.T) {
 }
 
 func TestTotalConnectionCap(t *testing.T) {
-	addr := serveLimited(t, gateway.Options{Store: newStore(t), Limits: gateway.Limits{MaxConns: 3, MaxConnsPerIP: -1}}, nil)
+	addr := serveLimited(t, gateway.Options{Store: testutil.SQLite(t), Limits: gateway.Limits{MaxConns: 3, MaxConnsPerIP: -1}}, nil)
 	for range 3 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -237,7 +239,7 @@ func hostileKinds(lim gateway.Limits, slowEvery time.Duration) []hostile {
 func TestSlowClientsAreCut(t *testing.T) {
 	lim := gateway.Limits{ReadHeaderTimeout: 500 * time.Millisecond, ReadBodyTimeout: 500 * time.Millisecond,
 		WriteTimeout: 2 * time.Second, IdleTimeout: 500 * time.Millisecond}
-	addr := serveLimited(t, gateway.Options{Store: newStore(t), Limits: lim}, nil)
+	addr := serveLimited(t, gateway.Options{Store: testutil.SQLite(t), Limits: lim}, nil)
 	kinds := hostileKinds(lim, 100*time.Millisecond)
 	const perKind = 40
 	const slack = 2 * time.Second // a loaded 2-core machine running -race
@@ -311,7 +313,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 // body read deadline does not cancel a long call once its body is read.
 func TestLongStreamNotCutByWriteTimeout(t *testing.T) {
 	lim := gateway.Limits{WriteTimeout: 300 * time.Millisecond, ReadBodyTimeout: 300 * time.Millisecond}
-	addr := serveLimited(t, gateway.Options{Store: newStore(t), Limits: lim}, func(s *gateway.Server) {
+	addr := serveLimited(t, gateway.Options{Store: testutil.SQLite(t), Limits: lim}, func(s *gateway.Server) {
 		s.Handle("POST /test/stream", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -347,7 +349,7 @@ func TestLongStreamNotCutByWriteTimeout(t *testing.T) {
 func BenchmarkAuthenticatedUnderSlowClients(b *testing.B) {
 	for _, load := range []int{0, 200} {
 		b.Run(fmt.Sprintf("hostile=%d", load), func(b *testing.B) {
-			st := newStore(b)
+			st := testutil.SQLite(b)
 			lim := gateway.DefaultLimits
 			addr := serveLimited(b, gateway.Options{Store: st, Limits: lim}, nil)
 			stop := make(chan struct{})
@@ -440,6 +442,7 @@ func TestEventCountCap(t *testing.T) {
 // or x-api-key; both only with the same key; a non-Bearer Authorization is
 // ignored.
 func TestAuthHeaderPrecedence(t *testing.T) {
+	t.Parallel()
 	srv, st := newServer(t, gateway.Options{})
 	c := ctx(t)
 	st.CreateRollouts(c, []store.NewRollout{{ID: "r"}})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -60,9 +59,6 @@ func (p *pausable) Drain(ctx context.Context) error {
 // and returns their URLs and the schema's URL.
 func replicas(tb testing.TB, n int, shared bool, waitPoll time.Duration) ([]string, string) {
 	tb.Helper()
-	if os.Getenv(pgtest.EnvURL) == "" {
-		tb.Skip(pgtest.EnvURL + " is unset; run under scripts/with-postgres.sh")
-	}
 	u := pgtest.URL(tb)
 	var urls []string
 	for range n {
@@ -188,9 +184,6 @@ func TestPauseAcrossReplicas(t *testing.T) {
 // calls in flight on the others (their reports in the store), and GET
 // /api/gateway lists the live replicas.
 func TestDrainAcrossReplicas(t *testing.T) {
-	if os.Getenv(pgtest.EnvURL) == "" {
-		t.Skip(pgtest.EnvURL + " is unset; run under scripts/with-postgres.sh")
-	}
 	u := pgtest.URL(t)
 	urlA, llmA := startReplica(t, u, true, time.Hour)
 	urlB, llmB := startReplica(t, u, true, time.Hour)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/metrics"
 	"github.com/aglrl/agl/otlp"
 	"github.com/aglrl/agl/store"
@@ -27,7 +28,7 @@ import (
 func TestGatewayWiring(t *testing.T) {
 	ctx := context.Background()
 	const admin = "admin-key"
-	raw := openStore(t)
+	raw := testutil.SQLite(t)
 	m := metrics.New(metrics.Options{Store: raw, CallsFromEvents: true})
 	st := m.WrapStore(raw)
 	gw := gateway.New(gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1, Logger: slog.New(slog.DiscardHandler)})

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,20 +14,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/metrics"
 	"github.com/aglrl/agl/store"
-	"github.com/aglrl/agl/store/sqlite"
 )
-
-func openStore(t *testing.T) store.Store {
-	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 // scrape GETs /metrics from srv and parses it with the Prometheus text parser.
 func scrape(t *testing.T, srv *httptest.Server) map[string]*dto.MetricFamily {
@@ -97,7 +86,7 @@ func mustValue(t *testing.T, fams map[string]*dto.MetricFamily, name string, lab
 
 func TestScrape(t *testing.T) {
 	ctx := context.Background()
-	st := openStore(t)
+	st := testutil.SQLite(t)
 	m := metrics.New(metrics.Options{Store: st, Runtime: true})
 	counted := m.WrapStore(st)
 
@@ -314,7 +303,7 @@ func TestMiddleware(t *testing.T) {
 func TestTrainStepsThroughStore(t *testing.T) {
 	ctx := context.Background()
 	m := metrics.New(metrics.Options{})
-	st := m.WrapStore(openStore(t))
+	st := m.WrapStore(testutil.SQLite(t))
 	for _, ts := range []store.TrainStep{
 		{Run: "r", Mode: store.ModeTrain, Step: 1, Metrics: json.RawMessage(`{"reward_mean":0.25,"success_rate":0.5,"rollout_seconds":2,"train_seconds":1.5}`)},
 		{Run: "r", Mode: store.ModeVal, Step: 1, Metrics: json.RawMessage(`{"reward_mean":0.9,"success_rate":1}`)},

@@ -16,6 +16,9 @@ import (
 // chunk (prefillChunk) next to a short one in the same batch: the
 // generated tokens' log-probs match a teacher-forced pass.
 func TestChunkedPrefillMatchesTeacherForced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("prefills prompts of 1k tokens in chunks (tens of seconds)")
+	}
 	m, w, d := newTiny(t, TypeQwen3, 3)
 	e, err := NewEngine(m, w, 1, EngineOptions{MaxBatch: 3, MaxContext: 1300})
 	if err != nil {
@@ -61,6 +64,9 @@ func TestChunkedPrefillMatchesTeacherForced(t *testing.T) {
 // max_context 32768 on a tiny model, and checks an over-limit prompt's
 // error names both numbers.
 func TestLongContextEngine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a 20k-token prompt (a minute)")
+	}
 	cfg := Config{ModelType: TypeQwen3, VocabSize: 64, HiddenSize: 8, IntermediateSize: 8, NumHiddenLayers: 1,
 		NumAttentionHeads: 1, NumKeyValueHeads: 1, HeadDim: 8, RMSNormEps: 1e-6, RopeTheta: 1e6,
 		MaxPositionEmbeddings: 40960, TieWordEmbeddings: true}

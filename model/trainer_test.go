@@ -42,6 +42,9 @@ func copyTask(rng *rand.Rand, n, k int) *Batch {
 }
 
 func TestSFTLearnsCopyTask(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
 	cfg := tinyConfig(TypeQwen3)
 	cfg.VocabSize = 16
 	w, err := NewRandom(cfg, 7)
@@ -382,6 +385,9 @@ func mustUpload(t *testing.T, m *Model, w *Weights) *DeviceWeights {
 // parallel executor's default pool deadlocked; a hang fails the test at its
 // deadline instead of stalling the suite.
 func TestTrainBackendMatchesSequential(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the 1m preset twice (minutes)")
+	}
 	cfg, err := Preset("1m", 265)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 	"github.com/openai/openai-go/v3"
@@ -22,7 +23,7 @@ func TestAgentRouter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writer, checker := &scriptEngine{tmpl: tmpl, version: 3}, &scriptEngine{tmpl: tmpl, version: 7}
+	writer, checker := &testutil.ScriptEngine{Tmpl: tmpl, ModelVersion: 3}, &testutil.ScriptEngine{Tmpl: tmpl, ModelVersion: 7}
 	r, err := proxy.NewAgentRouter(map[string]proxy.Backend{
 		"writer":  proxy.NewTokenBackend(writer, tmpl, tmpl.Tokenizer(), 0),
 		"checker": proxy.NewTokenBackend(checker, tmpl, tmpl.Tokenizer(), 0),
@@ -43,7 +44,7 @@ func TestAgentRouter(t *testing.T) {
 	tests := []struct {
 		name    string
 		c       openai.Client
-		engine  *scriptEngine
+		engine  *testutil.ScriptEngine
 		version int64
 		wantErr string
 	}{
@@ -56,7 +57,7 @@ func TestAgentRouter(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.engine != nil {
-				tc.engine.push(text("ok"))
+				tc.engine.Push(text("ok"))
 			}
 			resp, err := tc.c.Chat.Completions.New(ctx, params)
 			if tc.wantErr != "" {

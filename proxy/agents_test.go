@@ -40,7 +40,7 @@ func TestThreeAgents(t *testing.T) {
 	r := &agent{&rewriter, "rewriter-model", []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Fix: SELECT count(*) FROM user")}}
 	turn := func(a *agent, reply string) string {
 		t.Helper()
-		e.eng.push(text(reply))
+		e.eng.Push(text(reply))
 		resp, err := a.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: a.model, Messages: a.msgs})
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +177,7 @@ func TestAgentPrecedence(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.status == 200 {
-				e.eng.push(text("ok"))
+				e.eng.Push(text("ok"))
 			}
 			st, _, body := post(t, http.MethodPost, c.url, hdr(c.header), c.body)
 			if st != c.status {

@@ -19,7 +19,7 @@ func TestAnthropicToolLoop(t *testing.T) {
 		t.Run(map[bool]string{false: "plain", true: "stream"}[stream], func(t *testing.T) {
 			e := newEnv(t, proxy.Config{}, nil)
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(
+			e.eng.Push(
 				toolCall("read_file", `{"path": "a.txt"}`),
 				toolCall("read_file", `{"path": "b.txt"}`),
 				text("Both files say hello."),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/internal/fastjson"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
@@ -35,10 +36,7 @@ func BenchmarkCLIFirstTurn(b *testing.B) {
 
 func benchCLIFirstTurn(b *testing.B, file string) {
 	ml := qwen3ChatML(b)
-	reply, err := replyIDs(ml, text("Hello."))
-	if err != nil {
-		b.Fatal(err)
-	}
+	reply := ml.ReplyIDs(text("Hello."))
 	// The scripted upstream: reads the request, answers the reply's ids.
 	ans := []byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"agl-test","choices":[{"index":0,"text":"Hello.","logprobs":{"token_logprobs":[`)
 	for i := range reply {
@@ -71,7 +69,7 @@ func benchCLIFirstTurn(b *testing.B, file string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := &env{st: openStore(b), tmpl: ml}
+	e := &env{st: testutil.SQLite(b), tmpl: ml}
 	e.p = proxy.New(proxy.Config{}, e.st, proxy.NewTokenBackend(upstream.NewTokenEngine(cl, "", 1<<16), ml, ml.Tokenizer(), 0))
 	e.srv = httptest.NewServer(e.p)
 	b.Cleanup(e.srv.Close)

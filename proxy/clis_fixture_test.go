@@ -450,7 +450,7 @@ func TestCLIRequestFields(t *testing.T) {
 
 			e := newQwenEnv(t, proxy.Config{})
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(fx.replies[:]...)
+			e.eng.Push(fx.replies[:]...)
 			var answers [2]string
 			for k, f := range fs {
 				st, _, answer := post(t, f.Method, base(e.srv, cl)+f.Path, f.headers(cl.Key), string(f.Body))

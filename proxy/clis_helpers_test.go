@@ -3,7 +3,6 @@ package proxy_test
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/aglrl/agl/internal/fixture"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,23 +13,13 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 )
 
 // Helpers of the Claude Code / Codex tests: the Qwen3 tokenizer and chat
 // template (the model those CLIs are trained behind), the captured first
 // requests, the installed CLIs.
-
-// sharedFixture finds ../shared/fixtures/tokenizer/NAME above the package
-// directory (the repository's sibling folder, wherever the checkout sits).
-func sharedFixture(t testing.TB, name string) string {
-	t.Helper()
-	p, err := fixture.Tokenizer(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 var qwen3Once struct {
 	sync.Once
@@ -41,7 +30,7 @@ var qwen3Once struct {
 // qwen3ChatML is the Qwen3 tokenizer with its ChatML template (thinking on).
 func qwen3ChatML(t testing.TB) *chat.ChatML {
 	t.Helper()
-	dir := sharedFixture(t, "qwen3")
+	dir := testutil.TokenizerDir(t, "qwen3")
 	qwen3Once.Do(func() {
 		f, err := chat.LoadDir(dir)
 		if err != nil {
@@ -67,7 +56,7 @@ func qwen3ChatML(t testing.TB) *chat.ChatML {
 // wrap, if given, wraps the gateway's handler (before it serves).
 func newQwenEnv(t testing.TB, cfg proxy.Config, wrap ...func(http.Handler) http.Handler) *env {
 	ml := qwen3ChatML(t)
-	e := &env{st: openStore(t), tmpl: ml, eng: &scriptEngine{tmpl: ml, version: 3}}
+	e := &env{st: testutil.SQLite(t), tmpl: ml, eng: &testutil.ScriptEngine{Tmpl: ml, ModelVersion: 3}}
 	e.p = proxy.New(cfg, e.st, proxy.NewTokenBackend(e.eng, ml, ml.Tokenizer(), 0))
 	var h http.Handler = e.p
 	for _, w := range wrap {
@@ -141,27 +130,3 @@ var (
 		{Role: chat.RoleAssistant, Content: "2 + 3 = 5."},
 	}
 )
-
-// cliBin returns the path of an installed CLI (scripts/install-clis.sh puts
-// them in .cache/npm-clis; AGL_CLIS_DIR overrides the bin folder). Without
-// it the test is skipped, except in CI (CI set, e.g. true, or AGL_REQUIRE_CLIS=1),
-// where a missing CLI fails.
-func cliBin(t *testing.T, name string) string {
-	t.Helper()
-	dir := os.Getenv("AGL_CLIS_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", ".cache", "npm-clis", "node_modules", ".bin")
-	}
-	p, err := filepath.Abs(filepath.Join(dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		msg := name + " is not installed (" + p + "): run scripts/install-clis.sh"
-		if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("AGL_REQUIRE_CLIS") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
-}

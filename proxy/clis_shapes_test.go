@@ -27,7 +27,7 @@ func TestResponsesNamespaceCall(t *testing.T) {
 		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
 			e := newEnv(t, proxy.Config{}, nil)
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(toolCall("multi_agent_v1__spawn_agent", `{"message":"hi"}`), text("done"))
+			e.eng.Push(toolCall("multi_agent_v1__spawn_agent", `{"message":"hi"}`), text("done"))
 			url := base(e.srv, cl) + "/v1/responses"
 			input := `[{"type":"message","role":"user","content":[{"type":"input_text","text":"spawn"}]}]`
 			req := `{"model":"m","stream":` + mustJSON(t, stream) + `,"tools":` + nsTools + `,"input":` + input + `}`
@@ -93,7 +93,7 @@ func TestResponsesHostedTools(t *testing.T) {
 	for _, typ := range []string{"web_search", "web_search_preview", "file_search", "code_interpreter", "computer_use_preview", "image_generation", "mcp", "local_shell"} {
 		t.Run(typ, func(t *testing.T) {
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(text("ok"))
+			e.eng.Push(text("ok"))
 			req := `{"model":"m","input":"hi","tools":[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"` + typ + `","server_label":"x"}]}`
 			if st, _, body := post(t, "POST", base(e.srv, cl)+"/v1/responses", bearer(cl.Key), req); st != 200 {
 				t.Fatalf("status %d: %s", st, body)
@@ -116,7 +116,7 @@ func TestResponsesIncomplete(t *testing.T) {
 		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
 			e := newEnv(t, proxy.Config{}, nil)
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(text("a long answer that does not fit"))
+			e.eng.Push(text("a long answer that does not fit"))
 			req := `{"model":"m","input":"hi","max_output_tokens":4,"stream":` + mustJSON(t, stream) + `}`
 			st, _, body := post(t, "POST", base(e.srv, cl)+"/v1/responses", bearer(cl.Key), req)
 			if st != 200 {
@@ -163,7 +163,7 @@ func TestResponsesIncomplete(t *testing.T) {
 func TestMessagesSystemInConversation(t *testing.T) {
 	e := newEnv(t, proxy.Config{}, nil)
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(toolCall("f", `{}`), text("done"))
+	e.eng.Push(toolCall("f", `{}`), text("done"))
 	url, hdr := base(e.srv, cl)+"/v1/messages?beta=true", map[string]string{"x-api-key": cl.Key, "anthropic-version": "2023-06-01", "anthropic-beta": "context-management-2025-06-27"}
 	tools := `"tools":[{"name":"f","input_schema":{"type":"object"}}]`
 	msgs := `{"role":"user","content":"go"},{"role":"system","content":[{"type":"text","text":"REMINDER ONE","cache_control":{"type":"ephemeral"}}]}`
@@ -215,7 +215,7 @@ func TestMessagesSystemInConversation(t *testing.T) {
 func TestMessagesToolReference(t *testing.T) {
 	e := newEnv(t, proxy.Config{}, nil)
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(toolCall("ToolSearch", `{"query":"select:Deferred"}`), text("done"))
+	e.eng.Push(toolCall("ToolSearch", `{"query":"select:Deferred"}`), text("done"))
 	url, hdr := base(e.srv, cl)+"/v1/messages", map[string]string{"x-api-key": cl.Key, "anthropic-version": "2023-06-01"}
 	tools := `"tools":[{"name":"ToolSearch","input_schema":{"type":"object"}},{"name":"Deferred","description":"DEFERRED TOOL","input_schema":{"type":"object"},"defer_loading":true}]`
 	msgs := `{"role":"user","content":"go"}`

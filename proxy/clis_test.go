@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
@@ -158,10 +159,10 @@ func captureCalls(t *testing.T, name string) func(http.Handler) http.Handler {
 // TestClaudeCodeCLI: claude -p … --output-format stream-json against the
 // gateway's Anthropic route; the model calls Bash.
 func TestClaudeCodeCLI(t *testing.T) {
-	bin := cliBin(t, "claude")
+	bin := filepath.Join(testutil.CLIs(t, "claude"), "claude")
 	e := newQwenEnv(t, proxy.Config{}, captureCalls(t, "claude-code"))
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(claudeReplies[:]...)
+	e.eng.Push(claudeReplies[:]...)
 	home, work := t.TempDir(), t.TempDir()
 	out := cliRun(t, work, []string{
 		"HOME=" + home, "CLAUDE_CONFIG_DIR=" + filepath.Join(home, ".claude"),
@@ -196,10 +197,10 @@ func TestClaudeCodeCLI(t *testing.T) {
 // (a model provider with wire_api = "responses"); the model calls
 // exec_command.
 func TestCodexCLI(t *testing.T) {
-	bin := cliBin(t, "codex")
+	bin := filepath.Join(testutil.CLIs(t, "codex"), "codex")
 	e := newQwenEnv(t, proxy.Config{}, captureCalls(t, "codex"))
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(codexReplies[:]...)
+	e.eng.Push(codexReplies[:]...)
 	out := runCodex(t, bin, e, cl, "What is 2+3? Run echo $((2+3)).")
 	var answer, cmdOut string
 	completed := false
@@ -233,10 +234,10 @@ func TestCodexCLI(t *testing.T) {
 // the unknown agent comes back as the call's output, not an "unsupported
 // call".
 func TestCodexCLINamespaceCall(t *testing.T) {
-	bin := cliBin(t, "codex")
+	bin := filepath.Join(testutil.CLIs(t, "codex"), "codex")
 	e := newQwenEnv(t, proxy.Config{})
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(toolCall("multi_agent_v1__close_agent", `{"target": "agent-that-does-not-exist"}`), text("There was no such agent."))
+	e.eng.Push(toolCall("multi_agent_v1__close_agent", `{"target": "agent-that-does-not-exist"}`), text("There was no such agent."))
 	out := runCodex(t, bin, e, cl, "Close the agent agent-that-does-not-exist.")
 	calls := e.calls(t, cl)
 	if len(calls) != 2 {

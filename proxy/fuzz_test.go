@@ -9,7 +9,6 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
@@ -91,9 +90,7 @@ func newFuzzRoute(f *testing.F, route string, seeds []string) *fuzzRoute {
 // check posts body and asserts the properties in the file comment.
 func (fr *fuzzRoute) check(t *testing.T, body []byte) {
 	eng := fr.e.eng
-	eng.mu.Lock()
-	eng.replies, eng.prompts, eng.outputs = []chat.Message{text("ok")}, nil, nil
-	eng.mu.Unlock()
+	eng.Script(text("ok"))
 	req := httptest.NewRequest("POST", fr.path, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+fr.claim.Key)
 	req.Header.Set("Content-Type", "application/json")
@@ -160,7 +157,7 @@ func TestFuzzSeedsAnswered(t *testing.T) {
 	for route, seeds := range map[string][]string{"v1/chat/completions": chatSeeds, "v1/completions": completionSeeds, "v1/responses": responsesSeeds, "v1/messages": messagesSeeds, "events": eventSeeds} {
 		var ok, refused int
 		for _, s := range seeds {
-			e.eng.push(text("ok"))
+			e.eng.Push(text("ok"))
 			st, _, _ := post(t, "POST", base(e.srv, cl)+"/"+route, bearer(cl.Key), s)
 			switch {
 			case st == http.StatusOK:

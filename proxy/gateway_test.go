@@ -36,7 +36,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One good call first: it must survive everything below.
-	e.eng.push(text("hello"))
+	e.eng.Push(text("hello"))
 	if st, _, body := post(t, "POST", base(e.srv, cl)+"/v1/chat/completions", bearer(cl.Key), goodChat); st != 200 {
 		t.Fatalf("good call: %d %s", st, body)
 	}
@@ -146,11 +146,11 @@ func TestBadInput(t *testing.T) {
 // finish and are recorded, Drain waits for them; Resume serves again.
 func TestPauseDrain(t *testing.T) {
 	e := newEnv(t, proxy.Config{RetryAfter: 2 * time.Second}, nil)
-	e.eng.gate = make(chan struct{})
-	e.eng.started = make(chan struct{}, 4)
+	e.eng.Gate = make(chan struct{})
+	e.eng.Started = make(chan struct{}, 4)
 	cl := e.claim(t, store.ModeTrain)
 	url := base(e.srv, cl) + "/v1/chat/completions"
-	e.eng.push(text("first"), text("second"))
+	e.eng.Push(text("first"), text("second"))
 	type res struct {
 		st   int
 		body string
@@ -160,7 +160,7 @@ func TestPauseDrain(t *testing.T) {
 		st, _, body := post(t, "POST", url, bearer(cl.Key), goodChat)
 		inflight <- res{st, body}
 	}()
-	<-e.eng.started
+	<-e.eng.Started
 	e.p.Pause()
 	if paused, n := e.p.Status(); !paused || n != 1 {
 		t.Fatalf("status paused=%v inflight=%d", paused, n)
@@ -176,7 +176,7 @@ func TestPauseDrain(t *testing.T) {
 	}
 	drained := make(chan error, 1)
 	go func() { drained <- e.p.Drain(testCtx(t)) }()
-	e.eng.gate <- struct{}{}
+	e.eng.Gate <- struct{}{}
 	if r := <-inflight; r.st != 200 || !strings.Contains(r.body, "first") {
 		t.Fatalf("in-flight call: %d %s", r.st, r.body)
 	}
@@ -187,7 +187,7 @@ func TestPauseDrain(t *testing.T) {
 		t.Fatalf("%d events, want the in-flight call's", n)
 	}
 	e.p.Resume()
-	go func() { e.eng.gate <- struct{}{} }()
+	go func() { e.eng.Gate <- struct{}{} }()
 	if st, _, body := post(t, "POST", url, bearer(cl.Key), goodChat); st != 200 || !strings.Contains(body, "second") {
 		t.Fatalf("after resume: %d %s", st, body)
 	}
@@ -274,7 +274,7 @@ func TestTokenState(t *testing.T) {
 	cl := e.claim(t, store.ModeTrain)
 	url := base(e.srv, cl) + "/v1/chat/completions"
 	tools := []map[string]any{{"type": "function", "function": map[string]any{"name": "ls", "parameters": map[string]any{"type": "object"}}}}
-	e.eng.push(toolCall("ls", `{}`), text("done"), text("again"), text("tools"), text("this reply is long"), text("after"))
+	e.eng.Push(toolCall("ls", `{}`), text("done"), text("again"), text("tools"), text("this reply is long"), text("after"))
 	msgs := []map[string]any{{"role": "user", "content": "list"}}
 	m := chatTurn(t, url, cl.Key, msgs, map[string]any{"tools": tools})
 	if content, ok := m["content"]; !ok || content != nil {
@@ -319,7 +319,7 @@ func TestTokenState(t *testing.T) {
 		e.srv.Config.Handler = proxy.New(proxy.Config{}, e.st, proxy.NewTokenBackend(e.eng, tmpl, tmpl.Tokenizer(), 0))
 	}
 	restart()
-	e.eng.push(text("after restart"))
+	e.eng.Push(text("after restart"))
 	full := append(slices.Clone(msgs), map[string]any{"role": "assistant", "content": "done"}, map[string]any{"role": "user", "content": "thanks"})
 	chatTurn(t, url, cl.Key, full, map[string]any{"tools": tools})
 	calls = e.calls(t, cl)
@@ -333,7 +333,7 @@ func TestTokenState(t *testing.T) {
 	// A reply no stored call produced (the harness wrote it) cannot be
 	// continued: rendered from scratch, and the event says why.
 	restart()
-	e.eng.push(text("fabricated"))
+	e.eng.Push(text("fabricated"))
 	chatTurn(t, url, cl.Key, []map[string]any{{"role": "user", "content": "list"}, {"role": "assistant", "content": "made up"}, {"role": "user", "content": "so?"}}, nil)
 	calls = e.calls(t, cl)
 	if l := calls[len(calls)-1]; l.Continued || l.RenderReason != proxy.ReasonNoTokenState {
@@ -382,7 +382,7 @@ func TestModeOverridesAndModels(t *testing.T) {
 	if page, err := tc.Models.List(testCtx(t)); err != nil || page.Data[0].ID != "agl-test" {
 		t.Fatalf("train models %+v %v", page, err)
 	}
-	e.eng.push(text("ok"))
+	e.eng.Push(text("ok"))
 	if _, err := client.Chat.Completions.New(testCtx(t), openai.ChatCompletionNewParams{Model: "x", Temperature: openai.Float(1.5), MaxTokens: openai.Int(5), Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestModeOverridesAndModels(t *testing.T) {
 func TestCompletions(t *testing.T) {
 	e := newEnv(t, proxy.Config{}, nil)
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(text("fox"), text("dog"))
+	e.eng.Push(text("fox"), text("dog"))
 	client := openai.NewClient(option.WithBaseURL(base(e.srv, cl)+"/v1"), option.WithAPIKey(cl.Key), option.WithMaxRetries(0))
 	r, err := client.Completions.New(testCtx(t), openai.CompletionNewParams{Model: "m", Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{84, 104, 101}}, MaxTokens: openai.Int(20)})
 	if err != nil {
@@ -440,7 +440,7 @@ func TestPythonHarness(t *testing.T) {
 	}
 	e := newEnv(t, proxy.Config{}, nil)
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(toolCall("add", `{"a": 2, "b": 3}`), text("The sum is 5."), text("Streamed answer."))
+	e.eng.Push(toolCall("add", `{"a": 2, "b": 3}`), text("The sum is 5."), text("Streamed answer."))
 	cmd := exec.CommandContext(testCtx(t), py, filepath.Join("testdata", "harness.py"))
 	cmd.Env = []string{"OPENAI_BASE_URL=" + base(e.srv, cl) + "/v1", "OPENAI_API_KEY=" + cl.Key, "PATH=" + os.Getenv("PATH")}
 	out, err := cmd.CombinedOutput()
@@ -468,7 +468,7 @@ func TestConcurrentConversations(t *testing.T) {
 	url := base(e.srv, cl) + "/v1/chat/completions"
 	const n = 6
 	for range 2 * n {
-		e.eng.push(text("ok"))
+		e.eng.Push(text("ok"))
 	}
 	errs := make(chan error, n)
 	for i := range n {
@@ -517,7 +517,7 @@ func TestReasoning(t *testing.T) {
 	cl := e.claim(t, store.ModeTrain)
 	url := base(e.srv, cl) + "/v1/chat/completions"
 	think := chat.Message{Role: chat.RoleAssistant, Reasoning: "I should list files.", ToolCalls: []chat.ToolCall{{Name: "ls", Arguments: "{}"}}}
-	e.eng.push(think, text("done"))
+	e.eng.Push(think, text("done"))
 	tools := []map[string]any{{"type": "function", "function": map[string]any{"name": "ls", "parameters": map[string]any{"type": "object"}}}}
 	msgs := []map[string]any{{"role": "user", "content": "list"}}
 	m := chatTurn(t, url, cl.Key, msgs, map[string]any{"tools": tools})
@@ -534,7 +534,7 @@ func TestReasoning(t *testing.T) {
 	// Anthropic, streaming: the thinking block comes back in the history.
 	e2 := newEnv(t, proxy.Config{}, nil)
 	cl2 := e2.claim(t, store.ModeTrain)
-	e2.eng.push(think, text("done"))
+	e2.eng.Push(think, text("done"))
 	body := func(extra string) string {
 		return `{"model":"m","max_tokens":100,"stream":true,"tools":[{"name":"ls","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"list"}` + extra + `]}`
 	}
@@ -558,7 +558,7 @@ func TestToolCallIDsUnique(t *testing.T) {
 	e := newEnv(t, proxy.Config{}, nil)
 	cl := e.claim(t, store.ModeTrain)
 	url := base(e.srv, cl) + "/v1/chat/completions"
-	e.eng.push(toolCall("ls", "{}"), toolCall("ls", "{}"))
+	e.eng.Push(toolCall("ls", "{}"), toolCall("ls", "{}"))
 	tools := map[string]any{"tools": []map[string]any{{"type": "function", "function": map[string]any{"name": "ls"}}}}
 	msgs := []map[string]any{{"role": "user", "content": "go"}}
 	m1 := chatTurn(t, url, cl.Key, msgs, tools)
@@ -577,21 +577,21 @@ func TestToolCallIDsUnique(t *testing.T) {
 // as an in-stream error event.
 func TestStreamKeepAlive(t *testing.T) {
 	e := newEnv(t, proxy.Config{StreamKeepAlive: 5 * time.Millisecond}, nil)
-	e.eng.gate = make(chan struct{})
+	e.eng.Gate = make(chan struct{})
 	cl := e.claim(t, store.ModeTrain)
 	release := func() {
 		time.Sleep(40 * time.Millisecond)
-		e.eng.gate <- struct{}{}
+		e.eng.Gate <- struct{}{}
 	}
 	// Raw: comments, then the stream.
-	e.eng.push(text("slow answer"))
+	e.eng.Push(text("slow answer"))
 	go release()
 	st, hdr, body := post(t, "POST", base(e.srv, cl)+"/v1/chat/completions", bearer(cl.Key), `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	if st != 200 || hdr.Get("Content-Type") != "text/event-stream" || !strings.HasPrefix(body, ": keep-alive\n\n") || !strings.Contains(body, "slow answer") || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Fatalf("%d %q", st, body)
 	}
 	// SDKs: comments ignored.
-	e.eng.push(text("slow again"))
+	e.eng.Push(text("slow again"))
 	go release()
 	client := openai.NewClient(option.WithBaseURL(base(e.srv, cl)+"/v1"), option.WithAPIKey(cl.Key), option.WithMaxRetries(0))
 	s := client.Chat.Completions.NewStreaming(testCtx(t), openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
@@ -625,7 +625,7 @@ func TestServeTrusted(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	url := srv.URL + "/proxy/rollout/" + cl.Rollout.ID + "/attempt/" + cl.Attempt.ID + "/mode/train/openai/v1/chat/completions"
-	e.eng.push(text("trusted"))
+	e.eng.Push(text("trusted"))
 	if st, _, body := post(t, "POST", url, nil, goodChat); st != 200 || !strings.Contains(body, "trusted") {
 		t.Fatalf("%d %s", st, body)
 	}

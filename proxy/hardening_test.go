@@ -149,11 +149,11 @@ func TestIDAlphabetOnEveryRoute(t *testing.T) {
 		t.Fatalf("claim: %+v %v %v", cl.Rollout.ID, ok, err)
 	}
 	base := gw + "/r/" + id + "/" + cl.Attempt.ID
-	e.eng.push(text("hello"))
+	e.eng.Push(text("hello"))
 	if st, _, body := post(t, "POST", base+"/v1/chat/completions", bearer(cl.Key), goodChat); st != 200 {
 		t.Fatalf("chat: %d %s", st, body)
 	}
-	e.eng.push(text("hi"))
+	e.eng.Push(text("hi"))
 	if st, _, body := post(t, "POST", base+"/v1/messages", map[string]string{"x-api-key": cl.Key}, goodMessages); st != 200 {
 		t.Fatalf("messages: %d %s", st, body)
 	}

@@ -8,94 +8,25 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
-	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
 )
-
-// scriptEngine is a deterministic token engine standing in for the model:
-// it answers each Generate with the next scripted assistant message,
-// rendered to ids by the real ChatML template over the byte tokenizer.
-type scriptEngine struct {
-	tmpl    *chat.ChatML
-	version int64
-
-	mu      sync.Mutex
-	replies []chat.Message
-	prompts [][]int32
-	outputs [][]int32
-	// gate, when set, is received from before each Generate returns.
-	gate chan struct{}
-	// started, when set, is sent to as each Generate starts.
-	started chan struct{}
-}
-
-func (e *scriptEngine) push(ms ...chat.Message) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.replies = append(e.replies, ms...)
-}
-
-// replyIDs renders what the model generates for m (ending with <|im_end|>).
-func replyIDs(t *chat.ChatML, m chat.Message) ([]int32, error) {
-	return t.ReplyIDs(m), nil
-}
-
-func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
-	if e.started != nil {
-		e.started <- struct{}{}
-	}
-	if e.gate != nil {
-		select {
-		case <-e.gate:
-		case <-ctx.Done():
-			return engine.Result{}, ctx.Err()
-		}
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.replies) == 0 {
-		return engine.Result{}, errors.New("script engine: no reply scripted")
-	}
-	m := e.replies[0]
-	e.replies = e.replies[1:]
-	ids, err := replyIDs(e.tmpl, m)
-	if err != nil {
-		return engine.Result{}, err
-	}
-	finish := engine.FinishStop
-	if s.MaxTokens > 0 && len(ids) > s.MaxTokens {
-		ids, finish = ids[:s.MaxTokens], engine.FinishLength
-	}
-	lps := make([]float32, len(ids))
-	for i := range lps {
-		lps[i] = -float32(i%7+1) / 8
-	}
-	e.prompts = append(e.prompts, slices.Clone(prompt))
-	e.outputs = append(e.outputs, slices.Clone(ids))
-	return engine.Result{IDs: ids, Logprobs: lps, FinishReason: finish, Model: "agl-test", ModelVersion: e.version}, nil
-}
-
-func (e *scriptEngine) ModelName() string { return "agl-test" }
-func (e *scriptEngine) Version() int64    { return e.version }
-func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
 
 // env is a gateway on loopback over a real SQLite store.
 type env struct {
 	st   *sqlite.Store
 	p    *proxy.Proxy
 	srv  *httptest.Server
-	eng  *scriptEngine
+	eng  *testutil.ScriptEngine
 	tmpl *chat.ChatML
 }
 
@@ -105,22 +36,13 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-func openStore(t testing.TB) *sqlite.Store {
-	st, err := sqlite.Open(testCtx(t), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
-
 // newEnv starts a gateway with a token backend (b nil) or the given backend.
 func newEnv(t testing.TB, cfg proxy.Config, b proxy.Backend) *env {
 	tmpl, err := chat.NewSmall()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{st: openStore(t), tmpl: tmpl, eng: &scriptEngine{tmpl: tmpl, version: 3}}
+	e := &env{st: testutil.SQLite(t), tmpl: tmpl, eng: &testutil.ScriptEngine{Tmpl: tmpl, ModelVersion: 3}}
 	if b == nil {
 		b = proxy.NewTokenBackend(e.eng, tmpl, tmpl.Tokenizer(), 0)
 	}
@@ -171,9 +93,7 @@ func (e *env) checkChain(t testing.TB, calls []api.ModelCall, shape string) {
 	if len(calls) == 0 {
 		t.Fatal("no model_request events recorded")
 	}
-	e.eng.mu.Lock()
-	prompts, outputs := e.eng.prompts, e.eng.outputs
-	e.eng.mu.Unlock()
+	prompts, outputs := e.eng.Calls()
 	if len(prompts) != len(calls) {
 		t.Fatalf("engine saw %d calls, %d recorded", len(prompts), len(calls))
 	}

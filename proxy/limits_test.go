@@ -37,7 +37,7 @@ func TestAttemptLimits(t *testing.T) {
 			e := newEnv(t, proxy.Config{AttemptLimits: tc.limits}, nil)
 			c := e.claim(t, store.ModeTrain)
 			for range tc.allowed + 1 {
-				e.eng.push(text("hello"))
+				e.eng.Push(text("hello"))
 			}
 			hdr := bearer(c.Key)
 			for i := range tc.allowed {
@@ -71,10 +71,7 @@ func TestAttemptLimits(t *testing.T) {
 			if n := len(e.calls(t, c)); n != tc.allowed {
 				t.Errorf("%d calls recorded, want %d", n, tc.allowed)
 			}
-			e.eng.mu.Lock()
-			left := len(e.eng.replies)
-			e.eng.mu.Unlock()
-			if left != 1 {
+			if left := e.eng.Left(); left != 1 {
 				t.Errorf("the engine ran for the refused call (%d scripted replies left)", left)
 			}
 			// another attempt starts with its own budget

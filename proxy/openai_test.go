@@ -28,7 +28,7 @@ func TestOpenAIChatToolLoop(t *testing.T) {
 		t.Run(map[bool]string{false: "plain", true: "stream"}[stream], func(t *testing.T) {
 			e := newEnv(t, proxy.Config{}, nil)
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(
+			e.eng.Push(
 				toolCall("get_weather", `{"city": "Paris"}`),
 				toolCall("get_weather", `{"city": "Lyon"}`),
 				text("Sunny in Paris, rainy in Lyon."),
@@ -129,7 +129,7 @@ func TestOpenAIResponsesToolLoop(t *testing.T) {
 		t.Run(map[bool]string{false: "plain", true: "stream"}[stream], func(t *testing.T) {
 			e := newEnv(t, proxy.Config{}, nil)
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(toolCall("get_weather", `{"city": "Oslo"}`), text("Snowy in Oslo."))
+			e.eng.Push(toolCall("get_weather", `{"city": "Oslo"}`), text("Snowy in Oslo."))
 			client := openai.NewClient(option.WithBaseURL(base(e.srv, cl)+"/v1"), option.WithAPIKey(cl.Key), option.WithMaxRetries(0))
 			ctx := testCtx(t)
 			input := responses.ResponseInputParam{
@@ -217,7 +217,7 @@ func TestResponsesCustomTool(t *testing.T) {
 		e := newEnv(t, proxy.Config{}, nil)
 		cl := e.claim(t, store.ModeTrain)
 		patch := "*** Begin Patch\n*** Add File: a.txt\n+hi \"there\"\n*** End Patch"
-		e.eng.push(toolCall("apply_patch", mustJSON(t, map[string]string{"input": patch})), text("Patched."))
+		e.eng.Push(toolCall("apply_patch", mustJSON(t, map[string]string{"input": patch})), text("Patched."))
 		client := openai.NewClient(option.WithBaseURL(base(e.srv, cl)+"/v1"), option.WithAPIKey(cl.Key), option.WithMaxRetries(0))
 		ctx := testCtx(t)
 		input := responses.ResponseInputParam{responses.ResponseInputItemParamOfMessage("Add a.txt", responses.EasyInputMessageRoleUser)}

@@ -30,7 +30,7 @@ func TestTokenStateAcrossReplicas(t *testing.T) {
 	// the attempt's recorded calls.
 	run := func(servers ...*httptest.Server) []api.ModelCall {
 		cl := e.claim(t, store.ModeTrain)
-		e.eng.push(replies...)
+		e.eng.Push(replies...)
 		msgs := []map[string]any{{"role": "user", "content": "what is 6*7, plus one?"}}
 		for i := range replies {
 			srv := servers[i%len(servers)]

@@ -36,7 +36,7 @@ func TestCallSeeds(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, call := range calls {
-			e.eng.push(text("ok"))
+			e.eng.Push(text("ok"))
 			u := e.srv.URL + "/r/" + c.Rollout.ID + "/" + c.Attempt.ID + "/agents/" + call.agent + "/v1/chat/completions"
 			if code, _, body := post(t, http.MethodPost, u, bearer(c.Key), call.body); code != 200 {
 				t.Fatalf("%s: %d %s", call.agent, code, body)

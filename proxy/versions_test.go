@@ -16,6 +16,7 @@ import (
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
@@ -59,7 +60,7 @@ func TestLiveModelVersions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{st: openStore(t), tmpl: ml}
+	e := &env{st: testutil.SQLite(t), tmpl: ml}
 	e.p = proxy.New(proxy.Config{}, e.st, proxy.NewTokenBackend(upstream.NewTokenEngine(cl, "", 40960), ml, ml.Tokenizer(), 0))
 	ms := proxy.NewModelSync(e.st, cl, nil)
 	gw := gateway.New(gateway.Options{Store: e.st, LLM: e.p, ReapInterval: -1, ModelsChanged: ms.Changed})
@@ -194,7 +195,7 @@ func TestLiveModelVersions(t *testing.T) {
 // (another gateway replica, Agent Lightning's route, a trainer) reaches
 // the routing table by polling.
 func TestModelSyncPolls(t *testing.T) {
-	st := openStore(t)
+	st := testutil.SQLite(t)
 	cl, err := upstream.New(upstream.Config{Models: []upstream.Model{
 		{Name: "m", Endpoints: []string{"http://127.0.0.1:1/v1"}, Version: 1},
 		{Name: "t", Endpoints: []string{"http://127.0.0.1:5/v1"}},

@@ -184,11 +184,7 @@ func (v *vllmServer) serve(w http.ResponseWriter, r *http.Request) {
 		v.replies = v.replies[1:]
 	}
 	v.mu.Unlock()
-	out, err := replyIDs(v.ml, m)
-	if err != nil {
-		vllmError(w, 500, "reply: %v", err)
-		return
-	}
+	out := v.ml.ReplyIDs(m)
 	finish := "stop"
 	if req.MaxTokens != nil && *req.MaxTokens > 0 && len(out) > *req.MaxTokens {
 		out, finish = out[:*req.MaxTokens], "length"

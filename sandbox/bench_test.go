@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/sandbox"
 )
 
@@ -17,7 +18,7 @@ import (
 // run directly against the same command through sandbox.Run (bwrap,
 // namespaces, cgroups, rlimits). Report the ratio of the two.
 func BenchmarkCommand(b *testing.B) {
-	requireBwrap(b)
+	testutil.RequireBwrap(b)
 	b.Run("direct", func(b *testing.B) {
 		for b.Loop() {
 			if err := exec.Command("bash", "-c", "true").Run(); err != nil {
@@ -46,7 +47,7 @@ var benchRepo = map[string]string{
 // fresh tmpfs, the workspace copied in, the hidden tests restored, the
 // tests run in a fresh sandbox). Both use /usr/bin/python3.
 func BenchmarkEvaluation(b *testing.B) {
-	requireBwrap(b)
+	testutil.RequireBwrap(b)
 	src := b.TempDir()
 	writeTree(&testing.T{}, src, benchRepo)
 	ws, pristine := b.TempDir(), b.TempDir()

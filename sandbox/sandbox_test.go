@@ -8,25 +8,15 @@ import (
 	"compress/gzip"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/sandbox"
 )
-
-func requireBwrap(t testing.TB) {
-	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("AGL_REQUIRE_BWRAP") == "1" {
-			t.Fatal("bubblewrap (bwrap) is not installed and AGL_REQUIRE_BWRAP=1")
-		}
-		t.Skip("bubblewrap (bwrap) is not installed")
-	}
-}
 
 // tree lists the files under dir (slash paths) with their contents.
 func tree(t *testing.T, dir string) map[string]string {
@@ -168,7 +158,7 @@ func TestRestoreHidden(t *testing.T) {
 // limits, the read-only system and the missing network, each as the
 // caller sees them (exit status, stderr marker, Result).
 func TestRun(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	cases := []struct {
 		name     string
 		cmd      string
@@ -236,7 +226,7 @@ func TestRun(t *testing.T) {
 // TestExecMainState: commands of one spec share the workspace (state
 // persists across calls), and a bad spec is a one-line error, status 125.
 func TestExecMainState(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "ws")
 	os.Mkdir(ws, 0o755)

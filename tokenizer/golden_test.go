@@ -10,9 +10,10 @@ import (
 	"testing"
 )
 
-// fixtureDir is ../shared/fixtures/tokenizer relative to the repository
-// root; tests run in the package directory.
-const fixtureDir = "../../shared/fixtures/tokenizer"
+// fixtureDir is testdata/tokenizer at the repository root (the golden
+// tokenizer fixtures, with their licenses); tests run in the package
+// directory.
+const fixtureDir = "../testdata/tokenizer"
 
 var fixtureNames = []string{"qwen3", "llama3"}
 
@@ -83,8 +84,10 @@ type pretokRec struct {
 }
 
 func TestGoldenEncode(t *testing.T) {
+	t.Parallel()
 	for _, name := range fixtureNames {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tok := fixtureBPE(t, name)
 			recs := readJSONL[goldenRec](t, filepath.Join(fixtureDir, name, "golden.jsonl"))
 			fails := 0
@@ -105,8 +108,10 @@ func TestGoldenEncode(t *testing.T) {
 }
 
 func TestGoldenDecode(t *testing.T) {
+	t.Parallel()
 	for _, name := range fixtureNames {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tok := fixtureBPE(t, name)
 			recs := readJSONL[goldenRec](t, filepath.Join(fixtureDir, name, "decode.jsonl"))
 			for i, r := range recs {
@@ -121,6 +126,7 @@ func TestGoldenDecode(t *testing.T) {
 // TestGoldenRoundTrip checks Decode(Encode(text)) == NFC-free text for
 // the golden corpus (Llama 3 has no normalizer, so it must be exact).
 func TestGoldenRoundTrip(t *testing.T) {
+	t.Parallel()
 	tok := fixtureBPE(t, "llama3")
 	recs := readJSONL[goldenRec](t, filepath.Join(fixtureDir, "llama3", "golden.jsonl"))
 	for i, r := range recs {
@@ -131,8 +137,10 @@ func TestGoldenRoundTrip(t *testing.T) {
 }
 
 func TestPretokenize(t *testing.T) {
+	t.Parallel()
 	for _, name := range fixtureNames {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tok := fixtureBPE(t, name)
 			recs := readJSONL[pretokRec](t, filepath.Join(fixtureDir, name, "pretokenize.jsonl"))
 			for i, r := range recs {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/internal/testutil"
 )
 
 // alUpstream is a vLLM-format chat upstream on loopback: a call's prompt
@@ -308,7 +309,7 @@ func TestALReplay(t *testing.T) {
 	}
 	began := time.Now()
 	up := newALUpstream(t)
-	dataDir, addr, agentDir := t.TempDir(), freeAddr(t), t.TempDir()
+	dataDir, addr, agentDir := t.TempDir(), testutil.FreeAddr(t), t.TempDir()
 	if err := os.WriteFile(filepath.Join(agentDir, "replay_agent.py"), []byte(alAgentPy), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -34,7 +35,7 @@ func authorityGateway(t *testing.T) (bin, url string, c *api.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataDir, addr := t.TempDir(), freeAddr(t)
+	dataDir, addr := t.TempDir(), testutil.FreeAddr(t)
 	cfg := upstreamConfig(t, dataDir, "gateway:\n  max_abs_reward: 1000\n")
 	gw := startGateway(t, bin, dataDir, addr, "--config", cfg)
 	t.Cleanup(func() { gw.Process.Signal(syscall.SIGTERM); gw.Wait() })

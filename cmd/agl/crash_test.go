@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -35,15 +35,6 @@ var buildAgl = sync.OnceValues(func() (string, error) {
 	}
 	return bin, nil
 })
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // startGateway runs `agl gateway` as a subprocess and waits until it answers.
 func startGateway(t *testing.T, bin, dataDir, addr string, args ...string) *exec.Cmd {
@@ -83,7 +74,7 @@ func TestCrashSafety(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataDir, addr := t.TempDir(), freeAddr(t)
+	dataDir, addr := t.TempDir(), testutil.FreeAddr(t)
 	gw := startGateway(t, bin, dataDir, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -197,7 +188,7 @@ func TestCrashSafetyModelCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataDir, addr := t.TempDir(), freeAddr(t)
+	dataDir, addr := t.TempDir(), testutil.FreeAddr(t)
 	cfg := upstreamConfig(t, dataDir, "")
 	gw := startGateway(t, bin, dataDir, addr, "--config", cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/internal/testutil"
 )
 
 // TestGatewayLimitsFromConfig: `agl gateway` applies the gateway section's
@@ -29,7 +30,7 @@ func TestGatewayLimitsFromConfig(t *testing.T) {
 	}
 	cfg := filepath.Join(t.TempDir(), "agl.yaml")
 	os.WriteFile(cfg, []byte("gateway:\n  read_header_timeout: 300ms\n  read_body_timeout: 5s\n  idle_timeout: 30s\n  max_conns_per_ip: 3\n"), 0o644)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	gw := startGateway(t, bin, t.TempDir(), addr, "--config", cfg)
 	defer func() { gw.Process.Kill(); gw.Wait() }()
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/samples"
 	"github.com/aglrl/agl/store"
 )
@@ -56,7 +57,7 @@ func TestGatewayExportPolicies(t *testing.T) {
 proxy:
   agents: {checker-model: checker}
 `), 0o644)
-	dataDir, addr := filepath.Join(dir, "run"), freeAddr(t)
+	dataDir, addr := filepath.Join(dir, "run"), testutil.FreeAddr(t)
 	gw := startGateway(t, bin, dataDir, addr, "--config", cfg)
 	defer func() { gw.Process.Kill(); gw.Wait() }()
 
@@ -197,7 +198,7 @@ policies:
 		reply   string
 	}
 	call := func(args ...string) map[string]served {
-		addr := freeAddr(t)
+		addr := testutil.FreeAddr(t)
 		gw := startGateway(t, bin, dataDir, addr, append([]string{"--config", cfg}, args...)...)
 		defer func() { gw.Process.Kill(); gw.Wait() }()
 		cl := api.NewClient("http://"+addr, "crash-key")
@@ -261,7 +262,7 @@ policies:
 	// served from the warm start in silence.
 	os.WriteFile(filepath.Join(dataDir, "checkpoint", "state.json"), []byte(`{"step":`), 0o644)
 	var errb strings.Builder
-	gw := exec.CommandContext(ctx, bin, "gateway", "--config", cfg, "--listen", freeAddr(t))
+	gw := exec.CommandContext(ctx, bin, "gateway", "--config", cfg, "--listen", testutil.FreeAddr(t))
 	gw.Stderr = &errb
 	gw.WaitDelay = time.Second
 	done := time.AfterFunc(30*time.Second, func() { gw.Process.Kill() }) // a gateway that started anyway

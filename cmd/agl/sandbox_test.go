@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -34,7 +35,7 @@ func TestSandboxRepoTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	gw := startGateway(t, bin, t.TempDir(), addr)
 	defer func() { gw.Process.Kill(); gw.Wait() }()
 	ctl, _ := filepath.Abs("../../controller/testdata")

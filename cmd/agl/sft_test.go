@@ -21,6 +21,9 @@ import (
 // toy copy task (the assistant repeats the user's 4 letters) and checks
 // the loss on the assistant tokens falls below a bound.
 func TestModelInitSFTLearnsToyTask(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "config.json")
 	cfg := `{"model_type":"qwen3","hidden_size":64,"intermediate_size":192,"num_hidden_layers":2,
@@ -245,6 +248,9 @@ func (c *cancelAt) Write(p []byte) (int, error) {
 // during the run, and an interrupt saves the steps done (a long warm start
 // stopped with Ctrl-C loses nothing) and says so in its error.
 func TestSFTCheckpointsEveryAndOnInterrupt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
 	dir := t.TempDir()
 	init, data, out := filepath.Join(dir, "init"), filepath.Join(dir, "d.jsonl"), filepath.Join(dir, "sft")
 	if err := runModel(context.Background(), []string{"init", "--preset", "tiny", "--out", init}, io.Discard); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -138,7 +139,7 @@ func TestExportBesideLiveGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataDir, addr := t.TempDir(), freeAddr(t)
+	dataDir, addr := t.TempDir(), testutil.FreeAddr(t)
 	gw, claims, cfg := callingGateway(t, bin, dataDir, addr, 4)
 	stop := make(chan struct{})
 	wait := makeCalls(addr, claims, stop)
@@ -158,7 +159,7 @@ func TestExportBesideLiveGateway(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{
-		{"gateway", "--data-dir", dataDir, "--listen", freeAddr(t)},
+		{"gateway", "--data-dir", dataDir, "--listen", testutil.FreeAddr(t)},
 		{"store", "recover", "--data-dir", dataDir},
 	} {
 		_, stderr, err := aglRun(bin, args...)
@@ -206,7 +207,7 @@ func TestStoreRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataDir, addr := t.TempDir(), freeAddr(t)
+	dataDir, addr := t.TempDir(), testutil.FreeAddr(t)
 	gw, claims, cfg := callingGateway(t, bin, dataDir, addr, 4)
 	stop := make(chan struct{})
 	wait := makeCalls(addr, claims, stop)
@@ -225,7 +226,7 @@ func TestStoreRecover(t *testing.T) {
 	if err := os.WriteFile(journal, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, stderr, err := aglRun(bin, "gateway", "--data-dir", dataDir, "--listen", freeAddr(t), "--config", cfg)
+	_, stderr, err := aglRun(bin, "gateway", "--data-dir", dataDir, "--listen", testutil.FreeAddr(t), "--config", cfg)
 	if err == nil {
 		t.Fatal("gateway started on a damaged journal")
 	}

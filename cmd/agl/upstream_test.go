@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/aglrl/agl/internal/fixture"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,19 +19,9 @@ import (
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
-
-// qwen3Dir finds ../shared/fixtures/tokenizer/qwen3 above the package
-// directory (the Qwen3 tokenizer.json, a model dir without weights).
-func qwen3Dir(t *testing.T) string {
-	t.Helper()
-	p, err := fixture.Tokenizer("qwen3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // tokenUpstream is a loopback vLLM-format server answering both routes
 // with the reply "Hello." (Qwen3 ids); it counts calls by route.
@@ -78,7 +67,7 @@ func (u *tokenUpstream) calls() []string {
 // with tokenizer_dir (agl renders, /v1/completions with ids) and chat mode
 // otherwise or when asked; bad combinations are refused naming the field.
 func TestUpstreamModeConfig(t *testing.T) {
-	qdir := qwen3Dir(t)
+	qdir := testutil.TokenizerDir(t, "qwen3")
 	tests := []struct {
 		name, model, wantMode, wantErr string
 	}{
@@ -130,7 +119,7 @@ func TestGatewayTokenModeRegistry(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	f, err := chat.LoadDir(qwen3Dir(t))
+	f, err := chat.LoadDir(testutil.TokenizerDir(t, "qwen3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +128,9 @@ func TestGatewayTokenModeRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dataDir, addr := t.TempDir(), freeAddr(t)
+	dataDir, addr := t.TempDir(), testutil.FreeAddr(t)
 	cfg := filepath.Join(dataDir, "agl.yaml")
-	yml := "engine:\n  upstream:\n    models:\n      - name: qwen\n        version: 3\n        endpoints: [\"" + a.srv.URL + "/v1\"]\n        tokenizer_dir: " + qwen3Dir(t) + "\n        max_context: 40960\n"
+	yml := "engine:\n  upstream:\n    models:\n      - name: qwen\n        version: 3\n        endpoints: [\"" + a.srv.URL + "/v1\"]\n        tokenizer_dir: " + testutil.TokenizerDir(t, "qwen3") + "\n        max_context: 40960\n"
 	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -17,16 +17,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-func python(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed")
-	}
-	return p
-}
+	"github.com/aglrl/agl/internal/testutil"
+)
 
 type task struct {
 	ID         string `json:"id"`
@@ -60,7 +53,7 @@ func readJSONL[T any](t *testing.T, path string) []T {
 // calculator and the habit ones mix calculator calls with answers from
 // memory in about the configured share.
 func TestMakeData(t *testing.T) {
-	py := python(t)
+	py := testutil.Python(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	for _, d := range dirs {
 		out, err := exec.Command(py, "make_data.py", d, "--train", "300", "--val", "50", "--sft-tool", "200", "--sft-mix", "600", "--tool-share", "0.1", "--times-tool-share", "0.7").CombinedOutput()
@@ -171,7 +164,7 @@ func text(s string) map[string]any { return map[string]any{"role": "assistant", 
 // Chat Completions wire format and checks the reward it writes and what it
 // sends (tools, the tool result).
 func TestHarnessRewards(t *testing.T) {
-	py := python(t)
+	py := testutil.Python(t)
 	tk := `{"question":"What is 12 times 3?","expression":"12*3","answer":36}`
 	cases := []struct {
 		name    string

@@ -18,16 +18,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-func python(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed")
-	}
-	return p
-}
+	"github.com/aglrl/agl/internal/testutil"
+)
 
 type task struct {
 	ID       string `json:"id"`
@@ -58,7 +51,7 @@ func readJSONL[T any](t *testing.T, path string) []T {
 func makeData(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(python(t), "make_data.py", dir, "--sft", "200")
+	cmd := exec.Command(testutil.Python(t), "make_data.py", dir, "--sft", "200")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make_data.py: %v\n%s", err, out)
 	}
@@ -140,7 +133,7 @@ for line in open(sys.argv[2]):
     assert rows and rows != [(None,)], t
 `
 	for _, f := range []string{"train.jsonl", "val.jsonl"} {
-		if out, err := exec.Command(python(t), "-c", py, filepath.Join(dir, "shop.db"), filepath.Join(dir, f)).CombinedOutput(); err != nil {
+		if out, err := exec.Command(testutil.Python(t), "-c", py, filepath.Join(dir, "shop.db"), filepath.Join(dir, f)).CombinedOutput(); err != nil {
 			t.Errorf("gold queries of %s: %v\n%s", f, err, out)
 		}
 	}
@@ -204,7 +197,7 @@ func TestHarness(t *testing.T) {
 			}))
 			defer srv.Close()
 			taskJSON, _ := json.Marshal(q)
-			cmd := exec.Command(python(t), "harness.py")
+			cmd := exec.Command(testutil.Python(t), "harness.py")
 			cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+srv.URL+"/r/ro/at/v1", "OPENAI_API_KEY=key",
 				"SQL_DB="+filepath.Join(dir, "shop.db"), "AGL_TASK="+string(taskJSON))
 			out, err := cmd.CombinedOutput()
@@ -218,7 +211,7 @@ func TestHarness(t *testing.T) {
 	}
 	// The database is unchanged (the harness opens it read-only).
 	py := fmt.Sprintf(`import sqlite3; print(sqlite3.connect(%q).execute("SELECT COUNT(*) FROM customers").fetchone()[0])`, filepath.Join(dir, "shop.db"))
-	if out, err := exec.Command(python(t), "-c", py).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "30" {
+	if out, err := exec.Command(testutil.Python(t), "-c", py).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "30" {
 		t.Errorf("customers after the harness ran: %s %v", out, err)
 	}
 }

@@ -5,7 +5,6 @@ package swe
 import (
 	"context"
 	"encoding/json"
-	"github.com/aglrl/agl/internal/fixture"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -19,31 +18,11 @@ import (
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/controller"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
 )
-
-// requireCLIs skips unless scripts/install-clis.sh put the pinned CLIs
-// where the example's configs look (../../.cache/npm-clis), except with
-// AGL_REQUIRE_CLIS=1 or in CI.
-func requireCLIs(t *testing.T) {
-	t.Helper()
-	dir, _ := filepath.Abs(filepath.Join("..", "..", ".cache", "npm-clis", "node_modules", ".bin"))
-	for _, n := range []string{"claude", "codex"} {
-		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-			msg := n + " is not installed in " + dir + ": run scripts/install-clis.sh"
-			if ci := os.Getenv("CI"); (ci != "" && ci != "false" && ci != "0") || os.Getenv("AGL_REQUIRE_CLIS") == "1" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-}
-
-// qwen3 loads shared/fixtures/tokenizer/qwen3 from above the checkout: a
-// template with tool calls, which the CLIs need.
-func qwen3(t *testing.T) *chat.ChatML { return fixture.CLITemplate(t, "qwen3") }
 
 // TestCLIConfigs runs the example's own agl.codex.yaml and agl.claude.yaml
 // (their controller and proxy sections as agl train reads them; cli.py
@@ -52,9 +31,10 @@ func qwen3(t *testing.T) *chat.ChatML { return fixture.CLITemplate(t, "qwen3") }
 // the demonstration's fix (reward 1 from the hidden tests) or a wrong
 // one (reward 0).
 func TestCLIConfigs(t *testing.T) {
-	requireBwrap(t)
-	requireCLIs(t)
-	ml := qwen3(t)
+	testutil.RequireBwrap(t)
+	// cli.py in the example's configs runs the CLIs from .cache/npm-clis.
+	testutil.CLIs(t, "claude", "codex")
+	ml := testutil.ChatML(t, "qwen3")
 	dir := generate(t)
 	tk, dm := demoTask(t, dir)
 	fix := bashBlock(t, dm.Messages[6].Content)
@@ -103,7 +83,7 @@ func TestCLIConfigs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			eng := &scriptEngine{tmpl: ml}
+			eng := &testutil.ScriptEngine{Tmpl: ml, ModelVersion: 1, Rendered: true}
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			const admin = "admin-key-for-the-swe-cli-test"
 			srv := httptest.NewServer(gateway.New(gateway.Options{Store: st, AdminKey: admin, Logger: quiet,
@@ -126,10 +106,7 @@ func TestCLIConfigs(t *testing.T) {
 				{"wrong fix", "echo '# not the fix' >> " + filepath.Base(mutated), 0},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
-					eng.mu.Lock()
-					eng.next = []chat.Message{tool(cli, tc.cmd), {Role: chat.RoleAssistant, Content: "Done: fixed."}}
-					eng.seen = nil
-					eng.mu.Unlock()
+					eng.Script(tool(cli, tc.cmd), chat.Message{Role: chat.RoleAssistant, Content: "Done: fixed."})
 					rs, err := st.CreateRollouts(ctx, []store.NewRollout{{Task: json.RawMessage(line), Mode: store.ModeTrain,
 						Config: store.RolloutConfig{TimeoutSeconds: 300}}})
 					if err != nil {
@@ -166,9 +143,7 @@ func TestCLIConfigs(t *testing.T) {
 					if fixed := string(final) == string(orig); fixed != (tc.want == 1) {
 						t.Errorf("final %s equals the library's: %v, want %v", filepath.Base(mutated), fixed, tc.want == 1)
 					}
-					eng.mu.Lock()
-					left := len(eng.next)
-					eng.mu.Unlock()
+					left := eng.Left()
 					if left != 0 {
 						t.Errorf("%d scripted replies left", left)
 					}

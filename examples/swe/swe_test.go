@@ -32,8 +32,8 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/controller"
-	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/gateway"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/sandbox"
 	"github.com/aglrl/agl/store"
@@ -55,15 +55,6 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(genRoot)
 	}
 	os.Exit(code)
-}
-
-func python(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed")
-	}
-	return p
 }
 
 type task struct {
@@ -122,7 +113,7 @@ var (
 // tests of the package; the second output is for the determinism check.
 func generate(t *testing.T) string {
 	t.Helper()
-	py := python(t)
+	py := testutil.Python(t)
 	genOnce.Do(func() {
 		root, err := os.MkdirTemp("", "swe-test-")
 		if err != nil {
@@ -153,6 +144,9 @@ func generate(t *testing.T) string {
 // at least one failing, its snapshot differs from the library in exactly
 // the mutated line, and the hidden files are the module's tests.
 func TestGen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("generates the task set twice and runs every module's tests (a minute)")
+	}
 	dir := generate(t)
 	cwd, _ := os.Getwd()
 	rel0, _ := filepath.Rel(cwd, genDirs[0])
@@ -308,7 +302,7 @@ func TestGen(t *testing.T) {
 
 // moduleTests lists the test ids of lib/test_MOD.py as unittest prints them.
 func moduleTests(t *testing.T, mod string) []string {
-	cmd := exec.Command(python(t), "-m", "unittest", "-v", "test_"+mod)
+	cmd := exec.Command(testutil.Python(t), "-m", "unittest", "-v", "test_"+mod)
 	cmd.Dir = "lib"
 	out, _ := cmd.CombinedOutput()
 	var ids []string
@@ -321,16 +315,6 @@ func moduleTests(t *testing.T, mod string) []string {
 	return ids
 }
 
-// scriptEngine answers each Generate with the next scripted reply (a
-// message, tool calls included, rendered by the engine's template) and
-// keeps the prompts it was given (decoded).
-type scriptEngine struct {
-	tmpl *chat.ChatML
-	mu   sync.Mutex
-	next []chat.Message
-	seen []string
-}
-
 // texts are assistant messages with these contents.
 func texts(ss []string) []chat.Message {
 	ms := make([]chat.Message, len(ss))
@@ -340,47 +324,11 @@ func texts(ss []string) []chat.Message {
 	return ms
 }
 
-func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sampling) (engine.Result, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.seen = append(e.seen, e.tmpl.Tokenizer().Decode(prompt))
-	if len(e.next) == 0 {
-		return engine.Result{}, errors.New("script engine: no reply scripted")
-	}
-	m := e.next[0]
-	e.next = e.next[1:]
-	ids, mask, err := e.tmpl.RenderMasked(chat.Conversation{Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}, m}})
-	if err != nil {
-		return engine.Result{}, err
-	}
-	var out []int32
-	for i, id := range ids {
-		if mask[i] {
-			out = append(out, id)
-		}
-	}
-	return engine.Result{IDs: out, Logprobs: make([]float32, len(out)), FinishReason: engine.FinishStop, Model: "script", ModelVersion: 1}, nil
-}
-
-func (e *scriptEngine) ModelName() string { return "script" }
-func (e *scriptEngine) Version() int64    { return 1 }
-func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
-
 func rewardString(r *float64) string {
 	if r == nil {
 		return "none"
 	}
 	return fmt.Sprint(*r)
-}
-
-func requireBwrap(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("AGL_REQUIRE_BWRAP") == "1" {
-			t.Fatal("bubblewrap (bwrap) is not installed and AGL_REQUIRE_BWRAP=1")
-		}
-		t.Skip("bubblewrap (bwrap) is not installed")
-	}
 }
 
 // TestHarnessInSandbox runs harness.py on a generated train task through
@@ -391,7 +339,7 @@ func requireBwrap(t *testing.T) {
 // harness really shows); without the fix, or with replies that are not
 // one bash block, the reward is 0.
 func TestHarnessInSandbox(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	dir := generate(t)
 	tk, dm := demoTask(t, dir)
 	var replies, observations []string
@@ -416,7 +364,7 @@ func TestHarnessInSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := &scriptEngine{tmpl: tmpl}
+	eng := &testutil.ScriptEngine{Tmpl: tmpl, ModelVersion: 1, Rendered: true}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const admin = "admin-key-for-the-swe-test"
 	gw := gateway.New(gateway.Options{Store: st, AdminKey: admin, Logger: quiet,
@@ -428,7 +376,7 @@ func TestHarnessInSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	cwd, _ := os.Getwd()
-	cfg := controller.Config{GatewayURL: srv.URL, AdminKey: admin, Command: []string{python(t), "harness.py"}, Dir: cwd,
+	cfg := controller.Config{GatewayURL: srv.URL, AdminKey: admin, Command: []string{testutil.Python(t), "harness.py"}, Dir: cwd,
 		Env:               []string{"SWE_MAX_TOKENS=400"},
 		HeartbeatInterval: 200 * time.Millisecond, PollInterval: 50 * time.Millisecond, KillGrace: time.Second, Logger: quiet, Agl: exe,
 		// PYTHONDONTWRITEBYTECODE as in agl.yaml: a fix that keeps the line's
@@ -471,9 +419,7 @@ func TestHarnessInSandbox(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			eng.mu.Lock()
-			eng.next, eng.seen = texts(tc.replies), nil
-			eng.mu.Unlock()
+			eng.Script(texts(tc.replies)...)
 			rs, err := st.CreateRollouts(ctx, []store.NewRollout{{Task: json.RawMessage(line), Mode: store.ModeVal,
 				Config: store.RolloutConfig{TimeoutSeconds: 120}}})
 			if err != nil {
@@ -503,18 +449,14 @@ func TestHarnessInSandbox(t *testing.T) {
 				}
 			}
 			if r.Reward == nil || *r.Reward != tc.reward {
-				eng.mu.Lock()
 				last := "(none)"
-				if len(eng.seen) > 0 {
-					last = eng.seen[len(eng.seen)-1]
+				if seen := eng.Prompts(); len(seen) > 0 {
+					last = seen[len(seen)-1]
 				}
-				eng.mu.Unlock()
 				t.Fatalf("status %s reward %s, want %v (error %q; tests event %s; the model's last prompt:\n%s)",
 					r.Status, rewardString(r.Reward), tc.reward, r.Error, testsEv, last)
 			}
-			eng.mu.Lock()
-			prompts, left := eng.seen, len(eng.next)
-			eng.mu.Unlock()
+			prompts, left := eng.Prompts(), eng.Left()
 			if left != 0 || len(prompts) != len(tc.replies) {
 				t.Errorf("%d calls for %d scripted replies (%d left)", len(prompts), len(tc.replies), left)
 			}
@@ -531,7 +473,7 @@ func TestHarnessInSandbox(t *testing.T) {
 // TestHarnessRefusesUnsandboxed: without AGL_SANDBOX_EXEC the harness
 // runs no command at all and says why.
 func TestHarnessRefusesUnsandboxed(t *testing.T) {
-	cmd := exec.Command(python(t), "harness.py")
+	cmd := exec.Command(testutil.Python(t), "harness.py")
 	cmd.Env = append(os.Environ(), "AGL_SANDBOX_EXEC=", "AGL_TASK={}", "OPENAI_BASE_URL=http://127.0.0.1:9/v1")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "AGL_SANDBOX_EXEC is not set") {

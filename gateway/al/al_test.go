@@ -161,6 +161,7 @@ const chatBody = `{"model":"anything","messages":[{"role":"user","content":"hi"}
 // auth, the 404s, bad JSON, no server, paused, stream — each in FastAPI's
 // {"detail": …} shape; paused calls are not forwarded.
 func TestAgentRouteOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, al.Config{}, true)
 	keys, _ := e.started(t, "r1", "r2")
 	route := func(rid, mode, path string) string {
@@ -240,6 +241,7 @@ func TestAgentRouteOrder(t *testing.T) {
 // TestScopedKeyReach: an attempt's key posts events to its own rollout
 // only, and reaches no admin route.
 func TestScopedKeyReach(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, al.Config{}, false)
 	keys, _ := e.started(t, "a", "b")
 	k := "Authorization: Bearer " + keys[0]
@@ -273,6 +275,7 @@ func TestScopedKeyReach(t *testing.T) {
 // model_request events an admin posts in AL's shape, trimmed, the last of
 // identical prompt ids kept at its own position.
 func TestTripletDedup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, al.Config{}, false)
 	e.started(t, "r")
 	post := func(body string) {
@@ -316,6 +319,7 @@ func TestTripletDedup(t *testing.T) {
 // idempotent create, state_in, PATCH transitions (409), soft and purging
 // deletes, the terminal cursor.
 func TestRollouts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, al.Config{}, false)
 	steps := []struct {
 		name, method, path, body string
@@ -382,6 +386,7 @@ func TestRollouts(t *testing.T) {
 // attempt; an admin's event to the terminal rollout is kept (a hook's);
 // the attempt's key can no longer post once it is revoked.
 func TestRunningPatchAndLateEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, al.Config{}, false)
 	keys, aids := e.started(t, "r")
 	var ro map[string]any
@@ -433,6 +438,7 @@ func TestRunningPatchAndLateEvents(t *testing.T) {
 // (a new version only when something changed); DELETE leaves each model a
 // version without endpoints.
 func TestModels(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, al.Config{}, false)
 	ctx := context.Background()
 	steps := []struct {

@@ -9,9 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/aglrl/agl/internal/fixture"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/postgres/pgtest"
 )
@@ -43,17 +42,6 @@ func build(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// qwen3Dir finds ../shared/fixtures/tokenizer/qwen3 above the package
-// directory (the Qwen3 tokenizer.json, a model dir without weights).
-func qwen3Dir(t *testing.T) string {
-	t.Helper()
-	p, err := fixture.Tokenizer("qwen3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // upstream is a loopback vLLM-format server (token mode: /v1/completions
@@ -102,19 +90,10 @@ type replica struct {
 	cmd *exec.Cmd
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // start runs one `agl gateway` on storeURL and waits until it answers.
 func start(t *testing.T, bin, cfg, storeURL string) *replica {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	cmd := exec.Command(bin, "gateway", "--config", cfg, "--store", storeURL, "--data-dir", t.TempDir(), "--listen", addr)
 	cmd.Env = append(os.Environ(), "AGL_ADMIN_KEY="+adminKey)
 	r := &replica{url: "http://" + addr, log: &syncBuffer{}, cmd: cmd}
@@ -175,7 +154,7 @@ func TestReplicas(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	storeURL := pgtest.URL(t)
-	qdir := qwen3Dir(t)
+	qdir := testutil.TokenizerDir(t, "qwen3")
 	f, err := chat.LoadDir(qdir)
 	if err != nil {
 		t.Fatal(err)

@@ -128,6 +128,9 @@ func flat(w *model.Weights) []float32 {
 // exceeds c; TIS computes π_old before the first update. Epochs 1 is
 // exactly one accumulate-and-apply pass over the micro-batches.
 func TestStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	base := model.PolicyLossConfig{ClipLow: 0.2, ClipHigh: 0.28}

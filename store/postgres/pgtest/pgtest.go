@@ -21,9 +21,13 @@ const EnvURL = "AGL_TEST_POSTGRES_URL"
 
 // URL returns a URL selecting a fresh schema (search_path) of the test
 // database; the schema is dropped when tb ends. It skips tb when
-// AGL_TEST_POSTGRES_URL is unset.
+// AGL_TEST_POSTGRES_URL is unset, and in the short lane (go test -short,
+// SQLite only).
 func URL(tb testing.TB) string {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("short lane: PostgreSQL runs in the full lane (scripts/test.sh)")
+	}
 	base := os.Getenv(EnvURL)
 	if base == "" {
 		tb.Skip(EnvURL + " is unset; run under scripts/with-postgres.sh to test against a throwaway PostgreSQL cluster")
