@@ -778,7 +778,7 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 // TestGoVerdict reads from a real run): a sandboxed go build needs a
 // warm build cache.
 func TestRepoGoVerdict(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
 	const add = "example.com/calc.TestAdd"

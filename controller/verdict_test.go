@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
@@ -26,7 +27,7 @@ func maxRSS(t testing.TB) int64 {
 // newlines: the controller keeps only the tail of the output, so its peak
 // grows by far less than the output.
 func TestRepoVerdictCost(t *testing.T) {
-	requireBwrap(t)
+	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
 	repo := pyRepo(t)
 	cfg := e.repoConfig(t)
