@@ -16,7 +16,8 @@ const ExitFailed = 125
 
 // parseCLI parses the command line of `agl sandbox exec` or `agl sandbox
 // forward` (fs is named so). It reports done when the caller must return
-// code: -h or --help printed the usage (synopsis, about, flags) on stdout,
+// code: -h or --help printed the usage (synopsis, about, flags, where
+// the config keys are described) on stdout,
 // code 0; a bad flag or a missing command printed one line on stderr,
 // code ExitFailed. Arguments after -- are left alone.
 func parseCLI(fs *flag.FlagSet, args []string, synopsis, about string, stdout, stderr io.Writer) (code int, done bool) {
@@ -28,6 +29,7 @@ func parseCLI(fs *flag.FlagSet, args []string, synopsis, about string, stdout, s
 		fmt.Fprintf(stdout, "Usage: %s %s\n\n%s\n\nFlags:\n", fs.Name(), synopsis, about)
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
+		fmt.Fprint(stdout, "\nConfig keys (the sandbox's: controller.sandbox): docs/reference/config.md. Every command, flag and exit status: docs/reference/cli.md.\n")
 		return 0, true
 	case err != nil:
 		return usageFailed(fs, stderr, err.Error()), true

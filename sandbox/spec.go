@@ -192,8 +192,7 @@ func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return res.Exit
 }
 
-const execAbout = `Runs COMMAND in the sandbox FILE describes (the controller writes one per attempt from the
-config's controller.sandbox keys, docs/reference/config.md, and hands it to the harness as
-AGL_SANDBOX_EXEC) and exits with COMMAND's status: 124 when it ran past the sandbox's
-timeout, 125 when the command line was wrong or the sandbox failed. Arguments after --
-are COMMAND's, left alone.`
+const execAbout = `Runs COMMAND in the sandbox FILE describes (the controller writes one per attempt
+from the config's controller.sandbox keys and hands it to the harness as AGL_SANDBOX_EXEC)
+and exits with COMMAND's status: 124 when it ran past the sandbox's timeout, 125 when the
+command line was wrong or the sandbox failed. Arguments after -- are COMMAND's, left alone.`
