@@ -48,7 +48,7 @@ func aglExit(t *testing.T, bin string, args ...string) (code int, stdout, stderr
 	return 0, "", ""
 }
 
-// oneLine tells whether s is exactly one line.
+// isOneLine tells whether s is exactly one line.
 func isOneLine(s string) bool { return strings.Count(s, "\n") == 1 && strings.HasSuffix(s, "\n") }
 
 // TestCLIHelpAndUsageErrors runs the built binary over every command and
@@ -78,7 +78,8 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 				append([]string{"help"}, e.path...),
 			} {
 				code, stdout, stderr := aglExit(t, bin, args...)
-				if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: agl "+name+" ") && stdout != "Usage: agl "+name+"\n" && !strings.HasPrefix(stdout, "Usage: agl "+name+"\n") {
+				synopsis := strings.HasPrefix(stdout, "Usage: agl "+name+" ") || strings.HasPrefix(stdout, "Usage: agl "+name+"\n")
+				if code != 0 || stderr != "" || !synopsis {
 					t.Errorf("agl %q: exit %d, stderr %q, stdout %q: want exit 0, the usage on stdout", args, code, stderr, stdout)
 				}
 				if !strings.Contains(stdout, "docs/reference/config.md") {
