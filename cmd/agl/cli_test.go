@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -48,6 +49,23 @@ func aglExit(t *testing.T, bin string, args ...string) (code int, stdout, stderr
 	return 0, "", ""
 }
 
+// flagRE finds the flags in a usage's flag list.
+var flagRE = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
+
+// docSection returns the text of a markdown section from its heading to
+// the next heading.
+func docSection(doc, heading string) (string, bool) {
+	i := strings.Index(doc, heading+"\n")
+	if i < 0 {
+		return "", false
+	}
+	sec := doc[i+len(heading):]
+	if j := strings.Index(sec, "\n#"); j >= 0 {
+		sec = sec[:j]
+	}
+	return sec, true
+}
+
 // isOneLine tells whether s is exactly one line.
 func isOneLine(s string) bool { return strings.Count(s, "\n") == 1 && strings.HasSuffix(s, "\n") }
 
@@ -69,6 +87,10 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 	if len(entries) < 15 {
 		t.Fatalf("the command table has %d entries", len(entries))
 	}
+	doc, err := os.ReadFile("../../docs/reference/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, e := range entries {
 		name := strings.Join(e.path, " ")
 		t.Run(name, func(t *testing.T) {
@@ -84,6 +106,17 @@ func TestCLIHelpAndUsageErrors(t *testing.T) {
 				}
 				if !strings.Contains(stdout, "docs/reference/config.md") {
 					t.Errorf("agl %q: the usage does not name docs/reference/config.md:\n%s", args, stdout)
+				}
+			}
+			// docs/reference/cli.md describes the command and each of its flags.
+			_, stdout, _ := aglExit(t, bin, append([]string{"help"}, e.path...)...)
+			sec, ok := docSection(string(doc), "### `agl "+name+"`")
+			if !ok {
+				t.Errorf("docs/reference/cli.md has no section ### `agl %s`", name)
+			}
+			for _, f := range flagRE.FindAllStringSubmatch(stdout, -1) {
+				if !strings.Contains(sec, "`--"+f[1]+"`") && !strings.Contains(sec, "`--"+f[1]+" ") {
+					t.Errorf("docs/reference/cli.md, agl %s: flag --%s is not described", name, f[1])
 				}
 			}
 			want := exitUsage
