@@ -61,7 +61,8 @@ func commands() []command {
 			{name: "init", args: "--out DIR (--config FILE | --preset NAME) [flags]", summary: "create a model with random weights and a tokenizer", run: runModelInit},
 			{name: "info", args: "DIR", summary: "describe a model directory: architecture, parameters, tokenizer, optimizer state", run: runModelInfo},
 		}},
-		{name: "sft", args: "--model DIR --data FILE.jsonl --out DIR [flags]", summary: "supervised warm start on a JSONL of conversations", run: runSFT},
+		{name: "sft", args: "--model DIR --data FILE.jsonl --out DIR [flags]", summary: "supervised warm start on a JSONL of conversations", run: runSFT,
+			about: "Trains the model of --model on the assistant replies of a JSONL of conversations (the\nrest of each conversation is context, not trained) and writes the checkpoint to --out.\nAn interrupt (Ctrl-C) saves the steps done."},
 		{name: "store", summary: "check, repair and prune a data dir's store", subs: []command{
 			{name: "recover", args: "[flags]", summary: "reopen a SQLite store whose event journal a normal open refuses", run: runStoreRecover,
 				about: "Opens a SQLite store whose event journal a normal open refuses (damaged, missing, of an\nunknown generation): keeps every intact journaled record, applies it, reports what was\nlost, and leaves the data dir openable. It takes the data dir's lock: stop the gateway or\ntrainer using it first."},
@@ -72,7 +73,8 @@ func commands() []command {
 			{name: "exec", summary: "run COMMAND in the sandbox FILE describes; exit with its status", main: sandboxExec},
 			{name: "forward", summary: "inside a sandbox: relay a loopback port to the gateway socket while COMMAND runs", main: sandboxForward},
 		}},
-		{name: "export", args: "[flags]", summary: "write training samples of terminal rollouts as JSONL or Parquet", run: runExport},
+		{name: "export", args: "[flags]", summary: "write training samples of terminal rollouts as JSONL or Parquet", run: runExport,
+			about: "Writes the training samples of terminal rollouts as JSONL or Parquet, built by the code the\nembedded trainer uses, from the store of --store / --data-dir / --config (SQLite read-only,\nso beside a running gateway). A summary with the cursor to continue from (--after) goes\nto stdout as one JSON line, or to stderr when the samples go to stdout. Advantages are\nnormalized within the groups present in the export: export a step's rollouts together."},
 		{name: "version", summary: "print the version", run: runVersion},
 	}
 }
