@@ -168,7 +168,7 @@ func TestCLIExitStatus(t *testing.T) {
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"help", "frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"help", "model", "frobnicate"}, exitUsage, `unknown subcommand "frobnicate"`},
-		{[]string{"help", "version", "x"}, exitUsage, "agl version has no subcommands"},
+		{[]string{"help", "version", "x"}, exitUsage, "agl version: has no subcommands"},
 		{[]string{"store", "frobnicate"}, exitUsage, "'agl help store'"},
 		{[]string{"model", "info"}, exitUsage, "want one model directory"},
 		{[]string{"model", "info", "a", "b"}, exitUsage, "'agl help model info'"},

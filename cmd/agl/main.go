@@ -188,15 +188,19 @@ func (c *command) subNames() string {
 	return strings.Join(names, ", ")
 }
 
-func (c *command) unknown(path, word string) error {
-	what := "subcommand"
+// subWord is what the entries of agl (path "") or of a group are called.
+func subWord(path string) string {
 	if path == "" {
-		what = "command"
+		return "command"
 	}
+	return "subcommand"
+}
+
+func (c *command) unknown(path, word string) error {
 	if len(c.subs) == 0 {
-		return &usageError{cmd: path, err: fmt.Errorf("%s has no subcommands (got %q)", join("agl", path), word)}
+		return &usageError{cmd: path, err: fmt.Errorf("has no subcommands (got %q)", word)}
 	}
-	return &usageError{cmd: path, err: fmt.Errorf("unknown %s %q: want one of %s", what, word, c.subNames())}
+	return &usageError{cmd: path, err: fmt.Errorf("unknown %s %q: want one of %s", subWord(path), word, c.subNames())}
 }
 
 // dispatch runs c (named path, "" for agl itself) on args: a group picks
@@ -223,11 +227,7 @@ func (c *command) dispatch(ctx context.Context, path string, args []string, stdo
 		return err
 	}
 	if len(args) == 0 {
-		what := "subcommand"
-		if path == "" {
-			what = "command"
-		}
-		return &usageError{cmd: path, err: fmt.Errorf("want a %s: %s", what, c.subNames())}
+		return &usageError{cmd: path, err: fmt.Errorf("want a %s: %s", subWord(path), c.subNames())}
 	}
 	if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		c.usage(stdout, path, nil)
@@ -253,11 +253,8 @@ func (c *command) usage(w io.Writer, path string, fs *flag.FlagSet) {
 		fmt.Fprintf(w, "Usage: %s\n\n%s\n", join(name, c.args), cmp.Or(c.about, c.summary))
 	}
 	if len(c.subs) > 0 {
-		what := "Subcommands"
-		if path == "" {
-			what = "Commands"
-		}
-		fmt.Fprintf(w, "\n%s:\n", what)
+		word := subWord(path)
+		fmt.Fprintf(w, "\n%ss:\n", strings.ToUpper(word[:1])+word[1:])
 		for _, s := range c.subs {
 			fmt.Fprintf(w, "  %-10s %s\n", s.name, s.summary)
 		}
@@ -265,8 +262,7 @@ func (c *command) usage(w io.Writer, path string, fs *flag.FlagSet) {
 			fmt.Fprintf(w, "  %-10s %s\n", "help", "show this, or `agl help COMMAND [SUBCOMMAND]` for a command's usage and flags")
 			fmt.Fprint(w, "\nConfiguration: a YAML file (--config), overridden by AGL_* environment variables\n(AGL_DATA_DIR, AGL_STORE_URL, AGL_LISTEN, AGL_ADMIN_KEY, AGL_GATEWAY_URL), overridden by flags.\n")
 		}
-		word := strings.TrimSuffix(what, "s")
-		fmt.Fprintf(w, "\nRun '%s' for a %s's usage and flags (or add -h or --help).\n", join("agl help", path, strings.ToUpper(word)), strings.ToLower(word))
+		fmt.Fprintf(w, "\nRun '%s' for a %s's usage and flags (or add -h or --help).\n", join("agl help", path, strings.ToUpper(word)), word)
 	}
 	if fs != nil && hasFlags(fs) {
 		fmt.Fprintln(w, "\nFlags:")
