@@ -21,24 +21,19 @@ const ForwardPort = 8642
 
 // ForwardMain is `agl sandbox forward [--socket PATH] [--port N] -- CMD…`,
 // run inside the sandbox: it relays 127.0.0.1:PORT to the unix socket
-// while CMD runs, and returns CMD's exit status (125 when it cannot
-// start).
+// while CMD runs, and returns CMD's exit status (ExitFailed when the
+// command line was wrong or CMD cannot start; 0 after -h or --help).
 func ForwardMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sandbox forward", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet("agl sandbox forward", flag.ContinueOnError)
 	sock := fs.String("socket", SocketMount, "the unix socket to relay to")
 	port := fs.Int("port", ForwardPort, "the loopback port to listen on")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "Usage: agl sandbox forward [--socket PATH] [--port N] -- COMMAND [ARG…]")
-		return 2
+	if code, done := parseCLI(fs, args, "[--socket PATH] [--port N] -- COMMAND [ARG…]", forwardAbout, stdout, stderr); done {
+		return code
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(*port)))
 	if err != nil {
 		fmt.Fprintln(stderr, "agl sandbox forward:", err)
-		return 125
+		return ExitFailed
 	}
 	defer ln.Close()
 	go relay(ln, *sock)
@@ -53,8 +48,12 @@ func ForwardMain(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return ee.ExitCode()
 	}
 	fmt.Fprintln(stderr, "agl sandbox forward:", err)
-	return 125
+	return ExitFailed
 }
+
+const forwardAbout = `Runs inside a sandbox whose spec has a socket: relays 127.0.0.1:PORT to the attempt's gateway
+socket while COMMAND runs, and exits with COMMAND's status (125 when the command line was
+wrong or COMMAND cannot start). Arguments after -- are COMMAND's, left alone.`
 
 // relay copies each connection of ln to a fresh connection to the socket.
 func relay(ln net.Listener, sock string) {

@@ -167,32 +167,32 @@ func (s Spec) check() error {
 
 // ExecMain is `agl sandbox exec --spec FILE -- CMD [ARG…]`: it runs CMD in
 // the sandbox FILE describes and returns the exit status to exit with
-// (the command's; 124 on timeout; 125 when the sandbox itself failed, with
-// a one-line message on stderr).
+// (the command's; 124 on timeout; ExitFailed when the command line was
+// wrong or the sandbox itself failed, with a one-line message on stderr;
+// 0 after -h or --help, which prints the usage on stdout).
 func ExecMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sandbox exec", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	specPath := fs.String("spec", "", "the sandbox spec (JSON) of the attempt")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: agl sandbox exec --spec FILE -- COMMAND [ARG…]")
-		fs.PrintDefaults()
+	fs := flag.NewFlagSet("agl sandbox exec", flag.ContinueOnError)
+	specPath := fs.String("spec", "", "the sandbox spec (JSON) of the attempt (required)")
+	if code, done := parseCLI(fs, args, "--spec FILE -- COMMAND [ARG…]", execAbout, stdout, stderr); done {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *specPath == "" || fs.NArg() == 0 {
-		fs.Usage()
-		return 2
+	if *specPath == "" {
+		return usageFailed(fs, stderr, "want --spec FILE")
 	}
 	s, err := Load(*specPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "agl sandbox:", err)
-		return 125
+		return ExitFailed
 	}
 	res, err := Run(ctx, s, fs.Args(), stdin, stdout, stderr)
 	if err != nil && ctx.Err() == nil {
 		fmt.Fprintln(stderr, "agl sandbox:", err)
-		return 125
+		return ExitFailed
 	}
 	return res.Exit
 }
+
+const execAbout = `Runs COMMAND in the sandbox FILE describes (the controller writes one per attempt
+from the config's controller.sandbox keys and hands it to the harness as AGL_SANDBOX_EXEC)
+and exits with COMMAND's status: 124 when it ran past the sandbox's timeout, 125 when the
+command line was wrong or the sandbox failed. Arguments after -- are COMMAND's, left alone.`

@@ -28,12 +28,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 // rollouts from a gateway and runs the harness once per attempt. Settings
 // come from the config file's controller section, overridden by flags; the
 // harness after -- replaces the configured command.
-func runController(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: agl controller [flags] [-- HARNESS ARGS…]\n\nClaims rollouts from a gateway and runs the harness once per attempt.\nThe admin key comes from AGL_ADMIN_KEY (or the config's gateway.admin_key).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+func runController(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	cfgPath := fs.String("config", "", "YAML config file (its controller: and gateway: sections)")
 	gw := fs.String("gateway", "", "gateway URL (default env AGL_GATEWAY_URL, else the config's gateway.listen, else http://127.0.0.1:8080)")
 	concurrency := fs.Int("concurrency", 1, "attempts run at once")
@@ -49,7 +44,7 @@ func runController(ctx context.Context, args []string, stdout io.Writer) error {
 	logTail := fs.Int("log-tail", 0, "bytes of stdout/stderr kept per attempt (default 4096)")
 	grace := fs.Duration("kill-grace", 0, "wait between SIGTERM and SIGKILL (default 5s)")
 	verbose := fs.Bool("v", false, "log each attempt")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	fc, err := config.Load(*cfgPath)

@@ -26,8 +26,7 @@ import (
 // Advantages are computed within the groups present in the export, so export
 // all rollouts of a step together (a group cut by --after/--limit is
 // normalized over the part exported).
-func runExport(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+func runExport(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	load := configFlags(fs)
 	format := fs.String("format", "jsonl", "output format: jsonl or parquet")
 	out := fs.String("out", "-", "output file, - for stdout")
@@ -53,14 +52,14 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 	callRewards := fs.Bool("add-call-rewards", false, "add per-call intermediate rewards to the final reward")
 	includeVal := fs.Bool("include-val", false, "also export validation rollouts")
 	policy := fs.String("policy", "", "with a policies: section in --config, export only this trained policy's samples")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("export: unexpected arguments %q", fs.Args())
+	if err := noArgs(fs); err != nil {
+		return err
 	}
 	if *format != "jsonl" && *format != "parquet" {
-		return fmt.Errorf("export: --format %q: want jsonl or parquet", *format)
+		return usagef("--format %q: want jsonl or parquet", *format)
 	}
 	cfg := samples.Config{
 		Build: samples.BuildConfig{NoMerge: *noMerge, MergeAcrossVersions: *acrossVersions,
@@ -74,7 +73,7 @@ func runExport(ctx context.Context, args []string, stdout io.Writer) error {
 		IncludeVal:        *includeVal,
 	}
 	if err := cfg.ValidateNames(); err != nil {
-		return fmt.Errorf("export: %w", err)
+		return usagef("%w", err)
 	}
 	c, err := load()
 	if err != nil {

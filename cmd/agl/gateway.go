@@ -102,13 +102,15 @@ func newLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-func runGateway(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+func runGateway(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	load := configFlags(fs)
 	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:8080; env AGL_LISTEN)")
 	adminKey := fs.String("admin-key", "", "admin key guarding the API (env AGL_ADMIN_KEY; prefer the env var: flags show in ps)")
 	warmStart := fs.Bool("warm-start", false, "with policies: serve trained policies on their model_dir's weights even when the data dir holds an agl train checkpoint of them")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	c, err := load()

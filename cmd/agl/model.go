@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,30 +15,19 @@ import (
 	"github.com/aglrl/agl/tokenizer"
 )
 
-// runModel handles `agl model init` and `agl model info`.
-func runModel(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("model: want a subcommand: init --config FILE --out DIR | info DIR")
+// runModelInfo is `agl model info DIR`.
+func runModelInfo(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "init":
-		return runModelInit(args, stdout)
-	case "info":
-		fs := flag.NewFlagSet("model info", flag.ContinueOnError)
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return errors.New("model info: want one model directory")
-		}
-		return modelInfo(fs.Arg(0), stdout)
+	if fs.NArg() != 1 {
+		return usagef("want one model directory, got %d arguments", fs.NArg())
 	}
-	return fmt.Errorf("model: unknown subcommand %q (init, info)", sub)
+	return modelInfo(fs.Arg(0), stdout)
 }
 
-func runModelInit(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("model init", flag.ContinueOnError)
+// runModelInit is `agl model init`.
+func runModelInit(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	configPath := fs.String("config", "", "Hugging Face style config.json giving the architecture and size (vocab_size 0: the tokenizer's)")
 	preset := fs.String("preset", "", "instead of --config, a named size: tiny, 1m, 10m, 30m (Qwen3-style)")
 	out := fs.String("out", "", "output model directory (required)")
@@ -47,14 +35,17 @@ func runModelInit(args []string, stdout io.Writer) error {
 	bpeData := fs.String("bpe-data", "", "instead of --tokenizer, learn a byte-level BPE from this JSONL of conversations (the agl sft format), rendered with the chatml-compact template")
 	merges := fs.Int("bpe-merges", 400, "with --bpe-data: the number of merges (vocabulary = 256 bytes + merges + chat special tokens)")
 	seed := fs.Uint64("seed", 1, "random seed of the initialization")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	if *out == "" || (*configPath == "") == (*preset == "") {
-		return errors.New("model init: want --out DIR and exactly one of --config FILE or --preset NAME")
+		return usagef("want --out DIR and exactly one of --config FILE or --preset NAME")
 	}
 	if *tokPath != "" && *bpeData != "" {
-		return errors.New("model init: --tokenizer and --bpe-data exclude each other")
+		return usagef("--tokenizer and --bpe-data exclude each other")
 	}
 	// The tokenizer decides the vocabulary.
 	var tok tokenizer.Tokenizer

@@ -25,110 +25,113 @@ func clientFlags(fs *flag.FlagSet) func() *api.Client {
 	return func() *api.Client { return api.NewClient(*url, os.Getenv("AGL_ADMIN_KEY")) }
 }
 
-func runRollouts(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("rollouts: want a subcommand: ls | show ID | events ID")
-	}
-	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("rollouts "+sub, flag.ContinueOnError)
+// runRolloutsList is `agl rollouts ls`.
+func runRolloutsList(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	client := clientFlags(fs)
-	switch sub {
-	case "ls":
-		status := fs.String("status", "", "comma-separated statuses")
-		group := fs.String("group", "", "group id")
-		mode := fs.String("mode", "", "train or val")
-		limit := fs.Int("limit", 50, "rows")
-		asc := fs.Bool("oldest", false, "oldest first (default newest first)")
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		f := store.RolloutFilter{GroupID: *group, Mode: store.Mode(*mode), Limit: *limit, Desc: !*asc}
-		if *status != "" {
-			for _, s := range strings.Split(*status, ",") {
-				f.Status = append(f.Status, store.RolloutStatus(s))
-			}
-		}
-		page, err := client().ListRollouts(ctx, f)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tGROUP\tMODE\tSTATUS\tATTEMPTS\tREWARD\tUPDATED\tERROR")
-		for _, r := range page.Rollouts {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, dash(r.GroupID), r.Mode, r.Status, r.NumAttempts,
-				r.Config.MaxAttempts, reward(r.Reward), r.UpdatedAt.Local().Format(time.DateTime), trunc(r.Error, 40))
-		}
-		if page.NextCursor != 0 {
-			fmt.Fprintf(tw, "… more (cursor %d)\n", page.NextCursor)
-		}
-		return tw.Flush()
-	case "show":
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return fmt.Errorf("rollouts show: want one rollout id")
-		}
-		r, err := client().GetRollout(ctx, fs.Arg(0))
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "id\t%s\ngroup\t%s\nmode\t%s\nstatus\t%s\nreward\t%s\ncreated\t%s\nupdated\t%s\n", r.ID, dash(r.GroupID), r.Mode,
-			r.Status, reward(r.Reward), r.CreatedAt.Local().Format(time.DateTime), r.UpdatedAt.Local().Format(time.DateTime))
-		fmt.Fprintf(tw, "config\ttimeout %gs, max attempts %d, unresponsive after %gs\n", r.Config.TimeoutSeconds, r.Config.MaxAttempts, r.Config.UnresponsiveSeconds)
-		if r.Error != "" {
-			fmt.Fprintf(tw, "error\t%s\n", r.Error)
-		}
-		fmt.Fprintf(tw, "task\t%s\n", trunc(string(r.Task), 200))
-		tw.Flush()
-		fmt.Fprintln(stdout, "\nATTEMPTS")
-		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "#\tID\tWORKER\tSTATUS\tSTARTED\tDURATION\tERROR")
-		for _, a := range r.Attempts {
-			end := time.Now()
-			if a.EndedAt != nil {
-				end = *a.EndedAt
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.ID, dash(a.WorkerID), a.Status,
-				a.StartedAt.Local().Format(time.DateTime), end.Sub(a.StartedAt).Round(time.Millisecond), trunc(a.Error, 60))
-		}
-		return tw.Flush()
-	case "events":
-		typ := fs.String("type", "", "comma-separated event types")
-		attempt := fs.String("attempt", "", "attempt id")
-		full := fs.Bool("full", false, "print whole event data as JSON lines")
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return fmt.Errorf("rollouts events: want one rollout id")
-		}
-		f := store.EventFilter{RolloutID: fs.Arg(0), AttemptID: *attempt}
-		if *typ != "" {
-			f.Types = strings.Split(*typ, ",")
-		}
-		evs, err := client().ListEvents(ctx, f)
-		if err != nil {
-			return err
-		}
-		if *full {
-			enc := json.NewEncoder(stdout)
-			for _, e := range evs {
-				if err := enc.Encode(e); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SEQ\tATTEMPT\tTYPE\tTIME\tDATA")
-		for _, e := range evs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.Seq, e.AttemptID, e.Type, e.Time.Local().Format("15:04:05.000"), summarize(e))
-		}
-		return tw.Flush()
+	status := fs.String("status", "", "comma-separated statuses")
+	group := fs.String("group", "", "group id")
+	mode := fs.String("mode", "", "train or val")
+	limit := fs.Int("limit", 50, "rows")
+	asc := fs.Bool("oldest", false, "oldest first (default newest first)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	return fmt.Errorf("rollouts: unknown subcommand %q: want ls | show ID | events ID", sub)
+	if err := noArgs(fs); err != nil {
+		return err
+	}
+	f := store.RolloutFilter{GroupID: *group, Mode: store.Mode(*mode), Limit: *limit, Desc: !*asc}
+	if *status != "" {
+		for _, s := range strings.Split(*status, ",") {
+			f.Status = append(f.Status, store.RolloutStatus(s))
+		}
+	}
+	page, err := client().ListRollouts(ctx, f)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tGROUP\tMODE\tSTATUS\tATTEMPTS\tREWARD\tUPDATED\tERROR")
+	for _, r := range page.Rollouts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, dash(r.GroupID), r.Mode, r.Status, r.NumAttempts,
+			r.Config.MaxAttempts, reward(r.Reward), r.UpdatedAt.Local().Format(time.DateTime), trunc(r.Error, 40))
+	}
+	if page.NextCursor != 0 {
+		fmt.Fprintf(tw, "… more (cursor %d)\n", page.NextCursor)
+	}
+	return tw.Flush()
+}
+
+// runRolloutsShow is `agl rollouts show ID`.
+func runRolloutsShow(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	client := clientFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("want one rollout id, got %d arguments", fs.NArg())
+	}
+	r, err := client().GetRollout(ctx, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\ngroup\t%s\nmode\t%s\nstatus\t%s\nreward\t%s\ncreated\t%s\nupdated\t%s\n", r.ID, dash(r.GroupID), r.Mode,
+		r.Status, reward(r.Reward), r.CreatedAt.Local().Format(time.DateTime), r.UpdatedAt.Local().Format(time.DateTime))
+	fmt.Fprintf(tw, "config\ttimeout %gs, max attempts %d, unresponsive after %gs\n", r.Config.TimeoutSeconds, r.Config.MaxAttempts, r.Config.UnresponsiveSeconds)
+	if r.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", r.Error)
+	}
+	fmt.Fprintf(tw, "task\t%s\n", trunc(string(r.Task), 200))
+	tw.Flush()
+	fmt.Fprintln(stdout, "\nATTEMPTS")
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tID\tWORKER\tSTATUS\tSTARTED\tDURATION\tERROR")
+	for _, a := range r.Attempts {
+		end := time.Now()
+		if a.EndedAt != nil {
+			end = *a.EndedAt
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, a.ID, dash(a.WorkerID), a.Status,
+			a.StartedAt.Local().Format(time.DateTime), end.Sub(a.StartedAt).Round(time.Millisecond), trunc(a.Error, 60))
+	}
+	return tw.Flush()
+}
+
+// runRolloutsEvents is `agl rollouts events ID`.
+func runRolloutsEvents(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	client := clientFlags(fs)
+	typ := fs.String("type", "", "comma-separated event types")
+	attempt := fs.String("attempt", "", "attempt id")
+	full := fs.Bool("full", false, "print whole event data as JSON lines")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("want one rollout id, got %d arguments", fs.NArg())
+	}
+	f := store.EventFilter{RolloutID: fs.Arg(0), AttemptID: *attempt}
+	if *typ != "" {
+		f.Types = strings.Split(*typ, ",")
+	}
+	evs, err := client().ListEvents(ctx, f)
+	if err != nil {
+		return err
+	}
+	if *full {
+		enc := json.NewEncoder(stdout)
+		for _, e := range evs {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tATTEMPT\tTYPE\tTIME\tDATA")
+	for _, e := range evs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.Seq, e.AttemptID, e.Type, e.Time.Local().Format("15:04:05.000"), summarize(e))
+	}
+	return tw.Flush()
 }
 
 // summarize renders an event's data in one short cell.

@@ -2,23 +2,21 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 
 	"github.com/aglrl/agl/sandbox"
 )
 
-// runSandbox is `agl sandbox exec --spec FILE -- CMD…`, the executable
+// sandboxExec is `agl sandbox exec --spec FILE -- CMD…`, the executable
 // behind a repository task's AGL_SANDBOX_EXEC: it exits with the
-// command's status.
-func runSandbox(ctx context.Context, args []string, stdout io.Writer) error {
-	switch {
-	case len(args) > 0 && args[0] == "exec":
-		os.Exit(sandbox.ExecMain(ctx, args[1:], os.Stdin, stdout, os.Stderr))
-	case len(args) > 0 && args[0] == "forward":
-		// Inside a sandbox: relays 127.0.0.1:8642 to the gateway socket.
-		os.Exit(sandbox.ForwardMain(ctx, args[1:], os.Stdin, stdout, os.Stderr))
-	}
-	return fmt.Errorf("sandbox: want `agl sandbox exec --spec FILE -- COMMAND [ARG…]`")
+// command's status, or sandbox.ExitFailed for its own errors.
+func sandboxExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return sandbox.ExecMain(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// sandboxForward is `agl sandbox forward -- CMD…`: inside a sandbox, it
+// relays 127.0.0.1:8642 to the gateway socket while CMD runs.
+func sandboxForward(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return sandbox.ForwardMain(ctx, args, os.Stdin, stdout, stderr)
 }

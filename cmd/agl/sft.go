@@ -22,8 +22,7 @@ import (
 // runSFT is `agl sft`: supervised warm start of a model directory on a JSONL
 // file of conversations (one chat.Conversation per line), with the loss on
 // the assistant's tokens only (chat template's RenderMasked).
-func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("sft", flag.ContinueOnError)
+func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	modelDir := fs.String("model", "", "model directory (config.json, *.safetensors, tokenizer.json) (required)")
 	data := fs.String("data", "", "JSONL file of conversations: {\"messages\":[...],\"tools\":[...]} per line (required)")
 	out := fs.String("out", "", "output checkpoint directory (required; may equal --model)")
@@ -40,11 +39,14 @@ func runSFT(ctx context.Context, args []string, stdout io.Writer) error {
 	every := fs.Int("log-every", 0, "status line every N steps (default: about 20 lines)")
 	evalPath := fs.String("eval", "", "JSONL of held-out conversations: after training, report their replies' loss and how many greedy decoding writes exactly")
 	saveEvery := fs.Int("save-every", 100, "write the checkpoint to --out every N steps (0: only at the end); an interrupt (Ctrl-C) also saves the steps done")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs); err != nil {
 		return err
 	}
 	if *modelDir == "" || *data == "" || *out == "" {
-		return errors.New("sft: want --model DIR --data FILE.jsonl --out DIR")
+		return usagef("want --model DIR --data FILE.jsonl --out DIR")
 	}
 	tmpl, err := chat.LoadDir(*modelDir)
 	if err != nil {

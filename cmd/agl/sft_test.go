@@ -35,7 +35,7 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 	modelDir := filepath.Join(dir, "init")
 	var out bytes.Buffer
 	ctx := context.Background()
-	if err := runModel(ctx, []string{"init", "--config", cfgPath, "--out", modelDir}, &out); err != nil {
+	if err := run(ctx, []string{"model", "init", "--config", cfgPath, "--out", modelDir}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	w, err := model.Load(modelDir)
@@ -82,15 +82,15 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 	}
 	// The untrained model (one step at a negligible rate) copies none.
 	out.Reset()
-	if err := runSFT(ctx, []string{"--model", modelDir, "--data", dataPath, "--out", filepath.Join(dir, "untrained"), "--steps", "1",
-		"--lr", "1e-12", "--eval", heldPath}, &out); err != nil {
+	if err := run(ctx, []string{"sft", "--model", modelDir, "--data", dataPath, "--out", filepath.Join(dir, "untrained"), "--steps", "1",
+		"--lr", "1e-12", "--eval", heldPath}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	untrainedLoss, untrained := exact(out.String())
 	outDir := filepath.Join(dir, "sft")
 	out.Reset()
-	if err := runSFT(ctx, []string{"--model", modelDir, "--data", dataPath, "--out", outDir, "--steps", "150",
-		"--batch-size", "16", "--lr", "3e-3", "--log-every", "25", "--eval", heldPath}, &out); err != nil {
+	if err := run(ctx, []string{"sft", "--model", modelDir, "--data", dataPath, "--out", outDir, "--steps", "150",
+		"--batch-size", "16", "--lr", "3e-3", "--log-every", "25", "--eval", heldPath}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	t.Log(out.String())
@@ -107,8 +107,8 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 		{write("broken.jsonl", `{"messages":[{"role":"user","content":"ab`+"\n"), "broken.jsonl:1"},
 		{write("badrole.jsonl", `{"messages":[{"role":"wizard","content":"ab"}]}`+"\n"), "badrole.jsonl:1"},
 	} {
-		if err := runSFT(ctx, []string{"--model", modelDir, "--data", dataPath, "--out", filepath.Join(dir, "x"), "--steps", "1",
-			"--eval", c.path}, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := run(ctx, []string{"sft", "--model", modelDir, "--data", dataPath, "--out", filepath.Join(dir, "x"), "--steps", "1",
+			"--eval", c.path}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("eval file %s: error %v, want one naming %q", filepath.Base(c.path), err, c.want)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
@@ -130,7 +130,7 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 		t.Errorf("no progress bar in output")
 	}
 	out.Reset()
-	if err := runModel(ctx, []string{"info", outDir}, &out); err != nil {
+	if err := run(ctx, []string{"model", "info", outDir}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"qwen3", "optimizer:      AdamW state at step 150", "tokenizer:"} {
@@ -144,14 +144,14 @@ func TestModelInitPresetAndErrors(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "m")
 	var out bytes.Buffer
-	if err := runModel(ctx, []string{"init", "--preset", "1m", "--out", dir, "--seed", "3"}, &out); err != nil {
+	if err := run(ctx, []string{"model", "init", "--preset", "1m", "--out", dir, "--seed", "3"}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "initialized qwen3 model with 8") || !strings.Contains(out.String(), "k parameters") {
 		t.Errorf("init output: %s", out.String())
 	}
 	out.Reset()
-	if err := runModel(ctx, []string{"info", dir}, &out); err != nil {
+	if err := run(ctx, []string{"model", "info", dir}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"layers 4, hidden 128", "vocabulary:     265", "finite true", "chat stop ids"} {
@@ -169,8 +169,8 @@ func TestModelInitPresetAndErrors(t *testing.T) {
 		{"info", t.TempDir()},
 	}
 	for _, args := range bad {
-		if err := runModel(ctx, args, &out); err == nil {
-			t.Errorf("runModel %q: no error", args)
+		if err := run(ctx, append([]string{"model"}, args...), &out, &out); err == nil {
+			t.Errorf("agl model %q: no error", args)
 		}
 	}
 	// A BPE learned from conversations: a bigger vocabulary, shorter
@@ -187,7 +187,7 @@ func TestModelInitPresetAndErrors(t *testing.T) {
 	}
 	bdir := filepath.Join(t.TempDir(), "bpe")
 	out.Reset()
-	if err := runModel(ctx, []string{"init", "--preset", "tiny", "--bpe-data", data, "--bpe-merges", "40", "--out", bdir}, &out); err != nil {
+	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--bpe-data", data, "--bpe-merges", "40", "--out", bdir}, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	if m := regexp.MustCompile(`learned a byte-level BPE of (\d+) tokens`).FindStringSubmatch(out.String()); m == nil {
@@ -208,23 +208,23 @@ func TestModelInitPresetAndErrors(t *testing.T) {
 	if len(bex[0].IDs)*2 > len(yex[0].IDs) {
 		t.Errorf("BPE sequence %d tokens, byte sequence %d: want under half", len(bex[0].IDs), len(yex[0].IDs))
 	}
-	if err := runSFT(ctx, []string{"--model", bdir, "--data", data, "--out", bdir, "--steps", "2"}, &out); err != nil {
+	if err := run(ctx, []string{"sft", "--model", bdir, "--data", data, "--out", bdir, "--steps", "2"}, &out, &out); err != nil {
 		t.Errorf("sft on the BPE model: %v", err)
 	}
-	if err := runModel(ctx, []string{"init", "--preset", "tiny", "--bpe-data", data, "--tokenizer", filepath.Join(dir, "tokenizer.json"), "--out", bdir}, &out); err == nil {
+	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--bpe-data", data, "--tokenizer", filepath.Join(dir, "tokenizer.json"), "--out", bdir}, &out, &out); err == nil {
 		t.Error("--bpe-data with --tokenizer: no error")
 	}
-	if err := runModel(ctx, []string{"init", "--preset", "tiny", "--bpe-data", "/nonexistent.jsonl", "--out", bdir}, &out); err == nil {
+	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--bpe-data", "/nonexistent.jsonl", "--out", bdir}, &out, &out); err == nil {
 		t.Error("--bpe-data of a missing file: no error")
 	}
 	for _, args := range [][]string{{}, {"--model", dir, "--data", "/nonexistent.jsonl", "--out", dir}} {
-		if err := runSFT(ctx, args, &out); err == nil {
-			t.Errorf("runSFT %q: no error", args)
+		if err := run(ctx, append([]string{"sft"}, args...), &out, &out); err == nil {
+			t.Errorf("agl sft %q: no error", args)
 		}
 	}
 }
 
-// cancelAt is an io.Writer for runSFT's output that cancels a context when
+// cancelAt is an io.Writer for agl sft's output that cancels a context when
 // a line containing mark is written, after running check (if any).
 type cancelAt struct {
 	mark   string
@@ -253,7 +253,7 @@ func TestSFTCheckpointsEveryAndOnInterrupt(t *testing.T) {
 	}
 	dir := t.TempDir()
 	init, data, out := filepath.Join(dir, "init"), filepath.Join(dir, "d.jsonl"), filepath.Join(dir, "sft")
-	if err := runModel(context.Background(), []string{"init", "--preset", "tiny", "--out", init}, io.Discard); err != nil {
+	if err := run(context.Background(), []string{"model", "init", "--preset", "tiny", "--out", init}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	var sb strings.Builder
@@ -288,8 +288,8 @@ func TestSFTCheckpointsEveryAndOnInterrupt(t *testing.T) {
 			sawSaved = step() == 4 // saved at step 4, not yet at 5
 		}
 	}}
-	err := runSFT(ctx, []string{"--model", init, "--data", data, "--out", out, "--steps", "10", "--batch-size", "8",
-		"--log-every", "1", "--save-every", "4"}, w)
+	err := run(ctx, []string{"sft", "--model", init, "--data", data, "--out", out, "--steps", "10", "--batch-size", "8",
+		"--log-every", "1", "--save-every", "4"}, w, w)
 	if err == nil || !strings.Contains(err.Error(), "interrupted at step 6/10") {
 		t.Fatalf("err = %v, want an interrupt at step 6/10\n%s", err, w.buf.String())
 	}

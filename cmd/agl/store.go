@@ -13,33 +13,18 @@ import (
 	"github.com/aglrl/agl/store/sqlite"
 )
 
-// runStore runs the store maintenance subcommands:
-//
-//	agl store recover --data-dir DIR
-//	agl store prune [--older-than AGE] [--before-step N] [--max-bytes SIZE] [--dry-run]
-//
-// recover opens a SQLite store whose event journal a normal open refuses
-// (damaged, missing, of an unknown generation): it keeps every intact
-// journaled record, applies it, reports what was lost, and leaves the
-// data dir openable. It takes the data dir's lock, so the gateway or
-// trainer using it must be stopped.
-func runStore(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) > 0 && args[0] == "prune" {
-		return runPrune(ctx, args[1:], stdout)
-	}
-	fs := flag.NewFlagSet("store recover", flag.ContinueOnError)
+// runStoreRecover is `agl store recover`: it opens a SQLite store whose
+// event journal a normal open refuses (damaged, missing, of an unknown
+// generation): it keeps every intact journaled record, applies it,
+// reports what was lost, and leaves the data dir openable. It takes the
+// data dir's lock, so the gateway or trainer using it must be stopped.
+func runStoreRecover(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	load := configFlags(fs)
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-		return fs.Parse(args[:1]) // the flags of recover
-	}
-	if len(args) == 0 || args[0] != "recover" {
-		return fmt.Errorf("store: want a subcommand: recover or prune")
-	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("store recover: unexpected arguments %q", fs.Args())
+	if err := noArgs(fs); err != nil {
+		return err
 	}
 	c, err := load()
 	if err != nil {
@@ -76,42 +61,41 @@ func runStore(ctx context.Context, args []string, stdout io.Writer) error {
 // lists what would go. Running and queued rollouts are never pruned. On
 // SQLite it takes the data dir's lock, so the gateway or trainer using it
 // must be stopped.
-func runPrune(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("store prune", flag.ContinueOnError)
+func runPrune(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	load := configFlags(fs)
 	olderThan := fs.String("older-than", "", "prune rollouts that ended longer ago than this (e.g. 72h, 30d)")
 	beforeStep := fs.Int64("before-step", -1, "prune rollouts of trainer steps below this")
 	maxBytes := fs.String("max-bytes", "", "then prune the oldest ended rollouts until the stored events take at most this (e.g. 20GB, 512MiB)")
 	dryRun := fs.Bool("dry-run", false, "list what would be pruned, delete nothing")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("store prune: unexpected arguments %q", fs.Args())
+	if err := noArgs(fs); err != nil {
+		return err
 	}
 	var f store.PruneFilter
 	f.DryRun = *dryRun
 	if *olderThan != "" {
 		d, err := parseAge(*olderThan)
 		if err != nil {
-			return fmt.Errorf("store prune: --older-than %q: %w", *olderThan, err)
+			return usagef("--older-than %q: %w", *olderThan, err)
 		}
 		f.OlderThan = time.Now().Add(-d)
 	}
 	if *beforeStep >= 0 {
 		f.BeforeStep = beforeStep
 	} else if *beforeStep != -1 {
-		return fmt.Errorf("store prune: --before-step %d is negative", *beforeStep)
+		return usagef("--before-step %d is negative", *beforeStep)
 	}
 	if *maxBytes != "" {
 		n, err := parseBytes(*maxBytes)
 		if err != nil {
-			return fmt.Errorf("store prune: --max-bytes %q: %w", *maxBytes, err)
+			return usagef("--max-bytes %q: %w", *maxBytes, err)
 		}
 		f.MaxBytes = n
 	}
 	if !f.Set() {
-		return fmt.Errorf("store prune: say what to prune: --older-than, --before-step or --max-bytes")
+		return usagef("say what to prune: --older-than, --before-step or --max-bytes")
 	}
 	c, err := load()
 	if err != nil {

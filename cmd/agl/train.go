@@ -47,26 +47,25 @@ func (e embeddedPublisher) Publish(ctx context.Context, w *model.Weights, versio
 	return e.eng.Swap(w, version)
 }
 
-func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+func runTrain(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	dataDir := fs.String("data-dir", "", "where the store, checkpoint, metrics and curve go (default: the config's data_dir)")
 	resume := fs.Bool("resume", false, "continue from the data dir's last checkpoint")
 	steps := fs.Int("steps", 0, "override trainer.steps")
 	listen := fs.String("listen", "127.0.0.1:0", "address of the in-process gateway, its dashboard and /metrics")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return fmt.Errorf("train: want one config file: agl train CONFIG")
+		return usagef("want one config file: agl train CONFIG")
 	}
 	// Flags may follow the config too (the examples' run.sh pass theirs
 	// after it).
 	cfgPath := fs.Arg(0)
-	if err := fs.Parse(fs.Args()[1:]); err != nil {
+	if err := parseFlags(fs, fs.Args()[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
-		return fmt.Errorf("train: want one config file: agl train CONFIG (got also %q)", fs.Args())
+		return usagef("want one config file: agl train CONFIG (got also %q)", fs.Args())
 	}
 	fl := flag.NewFlagSet("", flag.ContinueOnError)
 	load := configFlags(fl)
