@@ -20,7 +20,8 @@ const (
 	ShapeChatCompletions = "chat.completions"
 	ShapeCompletions     = "completions"
 	ShapeResponses       = "responses"
-	ShapeMessages        = "messages" // Anthropic Messages
+	ShapeMessages        = "messages"         // Anthropic Messages
+	ShapeGenerateContent = "generate_content" // Gemini API generateContent / streamGenerateContent
 )
 
 // ModelCall is the data of a "model_request" event: one call a harness made

@@ -66,6 +66,8 @@ func (p *Proxy) RecentCalls(ctx context.Context, t Target, limit int) ([]StoredC
 			sh = shapeResponses
 		case shapeMessages.name:
 			sh = shapeMessages
+		case shapeGemini.name:
+			sh = shapeGemini
 		default:
 			continue // raw completions keep no token state
 		}
