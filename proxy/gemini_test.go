@@ -189,6 +189,9 @@ func TestGeminiToolLoop(t *testing.T) {
 			}
 			e.checkChain(t, calls, api.ShapeGenerateContent)
 			for k, c := range calls {
+				if want := map[bool]string{true: api.FinishToolCalls, false: api.FinishStop}[k < 2]; c.FinishReason != want {
+					t.Errorf("call %d: finish_reason %q, want %q (as the response says)", k, c.FinishReason, want)
+				}
 				if c.Stream != (tc.form != "plain") {
 					t.Errorf("call %d: stream %v for %s", k, c.Stream, tc.form)
 				}

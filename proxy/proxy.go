@@ -883,6 +883,10 @@ func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
 		LatencyMS: float64(time.Since(c.start).Microseconds()) / 1000,
 		Retries:   res.Retries, Stream: c.stream || c.arrayStream,
 	}
+	if mc.FinishReason == engine.FinishStop && len(res.Message.ToolCalls) > 0 {
+		// As the response says it (tool_calls, tool_use, function calls).
+		mc.FinishReason = api.FinishToolCalls
+	}
 	mc.Ignored = c.ignored
 	if c.chat != nil && res.Sampling != nil && c.chat.Sampling.MaxTokens > res.Sampling.MaxTokens {
 		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(c.chat.Sampling.MaxTokens)+" clamped to "+strconv.Itoa(res.Sampling.MaxTokens)+", the room left in the context)")
