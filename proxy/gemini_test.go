@@ -246,6 +246,26 @@ func TestGeminiCallsWithoutIDs(t *testing.T) {
 	}
 }
 
+// TestGeminiAgentRoute: the Gemini routes answer under
+// /agents/{agent}/ too, recorded for that agent.
+func TestGeminiAgentRoute(t *testing.T) {
+	e := newEnv(t, proxy.Config{}, nil)
+	cl := e.claim(t, store.ModeTrain)
+	e.eng.push(text("ok"))
+	st, _, body := post(t, "POST", base(e.srv, cl)+"/agents/writer/v1beta/models/m:streamGenerateContent?alt=sse", map[string]string{"x-goog-api-key": cl.Key},
+		`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`)
+	if st != 200 || !strings.HasPrefix(body, "data: {") {
+		t.Fatalf("%d %s", st, body)
+	}
+	if calls := e.calls(t, cl); len(calls) != 1 || calls[0].Agent != "writer" || calls[0].API != api.ShapeGenerateContent {
+		t.Fatalf("calls %+v", calls)
+	}
+	st, _, body = post(t, "GET", base(e.srv, cl)+"/agents/writer/v1beta/models", map[string]string{"x-goog-api-key": cl.Key}, "")
+	if st != 200 || !strings.HasPrefix(body, `{"models":[`) {
+		t.Fatalf("models: %d %s", st, body)
+	}
+}
+
 // TestGeminiBadInput: what the Gemini route refuses, each a 4xx in
 // Google's error shape naming the field, with nothing recorded.
 func TestGeminiBadInput(t *testing.T) {
