@@ -193,7 +193,7 @@ func gmFunctionResult(raw json.RawMessage) string {
 	return compactJSON(raw)
 }
 
-// gmDataKind names the data field(s) set in a part.
+// dataKinds names the data fields set in a part.
 func (p *gmPart) dataKinds() []string {
 	var ks []string
 	if p.Text != nil {
