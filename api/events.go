@@ -20,7 +20,15 @@ const (
 	ShapeChatCompletions = "chat.completions"
 	ShapeCompletions     = "completions"
 	ShapeResponses       = "responses"
-	ShapeMessages        = "messages" // Anthropic Messages
+	ShapeMessages        = "messages"         // Anthropic Messages
+	ShapeGenerateContent = "generate_content" // Gemini API generateContent / streamGenerateContent
+)
+
+// Finish reasons of a ModelCall.
+const (
+	FinishStop      = "stop"       // the reply ended with a stop id
+	FinishLength    = "length"     // max tokens or the context limit cut it off
+	FinishToolCalls = "tool_calls" // the reply ended with a stop id after making tool calls
 )
 
 // ModelCall is the data of a "model_request" event: one call a harness made
@@ -49,7 +57,9 @@ type ModelCall struct {
 	ResponseLogprobs []float32 `json:"response_logprobs,omitempty"`
 	// NoTokenIDs marks a call whose upstream returned no ids (a hosted
 	// API): usable for SFT or prompt work, never for RL.
-	NoTokenIDs   bool   `json:"no_token_ids,omitempty"`
+	NoTokenIDs bool `json:"no_token_ids,omitempty"`
+	// FinishReason is FinishStop, FinishLength, or FinishToolCalls (a
+	// stop whose reply made tool calls), whatever the API shape.
 	FinishReason string `json:"finish_reason,omitempty"`
 	// Continued is true when PromptIDs extend the previous call's
 	// prompt+response ids of this attempt (token state kept); otherwise

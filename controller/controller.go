@@ -5,7 +5,8 @@
 //
 //	OPENAI_BASE_URL    = GW/r/{rollout}/{attempt}/v1
 //	ANTHROPIC_BASE_URL = GW/r/{rollout}/{attempt}
-//	OPENAI_API_KEY, ANTHROPIC_API_KEY = the attempt's scoped key
+//	GOOGLE_GEMINI_BASE_URL = GW/r/{rollout}/{attempt} (the Gemini API: …/v1beta/models/…)
+//	OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY = the attempt's scoped key
 //	AGL_TASK           = the task JSON
 //	AGL_REWARD_FILE    = a file the harness may write its reward to
 //	AGL_EVENTS_URL     = GW/r/{rollout}/{attempt}/events (POST reward/custom events)
@@ -526,11 +527,12 @@ func closeAll(fs ...*os.File) {
 // the harness never inherits: the admin key, the store's URL (it may hold a
 // database password) and provider credentials that would travel next to the
 // scoped key (an SDK sending ANTHROPIC_AUTH_TOKEN as a bearer beside the
-// scoped x-api-key is refused by the gateway as two different keys). The
-// scoped keys themselves are set below.
+// scoped x-api-key is refused by the gateway as two different keys; the
+// Gemini SDKs prefer GOOGLE_API_KEY to GEMINI_API_KEY). The scoped keys
+// themselves are set below.
 func inheritedSecret(name string) bool {
 	switch name {
-	case "AGL_ADMIN_KEY", "AGL_STORE_URL", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY":
+	case "AGL_ADMIN_KEY", "AGL_STORE_URL", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY":
 		return true
 	}
 	return false

@@ -312,6 +312,7 @@ func TestEnvContract(t *testing.T) {
 	t.Setenv("AGL_ADMIN_KEY", adminKey)
 	t.Setenv("AGL_STORE_URL", "postgres://agl:secret@db/agl")
 	t.Setenv("ANTHROPIC_AUTH_TOKEN", "sk-ant-real")
+	t.Setenv("GOOGLE_API_KEY", "AIza-real")
 	e := newEnv(t, -1)
 	ids := e.create(t, 1, store.RolloutConfig{}, `{"q":"2+2"}`)
 	cfg := e.config("sh", "reward_file.sh")
@@ -327,7 +328,7 @@ func TestEnvContract(t *testing.T) {
 	base := e.srv.URL + "/r/" + r.ID + "/" + aid
 	dir, _ := filepath.Abs("testdata")
 	for _, want := range []string{
-		"base=" + base + "/v1\n", "anthropic=" + base + "\n", "events=" + base + "/events\n",
+		"base=" + base + "/v1\n", "anthropic=" + base + "\n", "gemini=" + base + "\n", "google=none\n", "events=" + base + "/events\n",
 		`task={"q":"2+2"}` + "\n", "ids=" + r.ID + "/" + aid + " mode=train\n",
 		"admin=none extra=yes\n", "store=none token=none\n", "pwd=" + dir + "\n",
 	} {
@@ -340,7 +341,7 @@ func TestEnvContract(t *testing.T) {
 	if len(e.events(t, r.ID, "key_check")) != 1 {
 		t.Error("the harness's key did not post its event")
 	}
-	if !strings.Contains(out, "key=[REDACTED]\nakey=[REDACTED]\n") || strings.Contains(out, store.KeyPrefix) {
+	if !strings.Contains(out, "key=[REDACTED]\nakey=[REDACTED]\n") || !strings.Contains(out, "gkey=[REDACTED]\n") || strings.Contains(out, store.KeyPrefix) {
 		t.Errorf("stdout log shows the key:\n%s", out)
 	}
 	if got := logText(t, logs, "stderr"); got != "to stderr\n" {

@@ -96,11 +96,11 @@ func (c *runner) insideCommand(a *attempt) (*exec.Cmd, error) {
 	for _, kv := range a.env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AGL_TASK", "AGL_ROLLOUT_ID", "AGL_ATTEMPT_ID", "AGL_MODE":
+		case "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "AGL_TASK", "AGL_ROLLOUT_ID", "AGL_ATTEMPT_ID", "AGL_MODE":
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "OPENAI_BASE_URL="+base+"/v1", "ANTHROPIC_BASE_URL="+base)
+	env = append(env, "OPENAI_BASE_URL="+base+"/v1", "ANTHROPIC_BASE_URL="+base, "GOOGLE_GEMINI_BASE_URL="+base)
 	spec := r.spec
 	spec.Env = env
 	spec.Socket = sock

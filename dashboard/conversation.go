@@ -193,6 +193,8 @@ func parseCall(shape string, req, resp json.RawMessage) (msgs []Message, tools [
 		return parseResponses(req, resp)
 	case api.ShapeMessages:
 		return parseMessages(req, resp)
+	case api.ShapeGenerateContent:
+		return parseGemini(req, resp)
 	}
 	return nil, nil, nil, "unknown API shape " + shape
 }
@@ -515,6 +517,125 @@ func parseMessages(req, resp json.RawMessage) ([]Message, []string, *Message, st
 		reply = &out[0]
 	} else {
 		reply = &Message{Role: "assistant"}
+	}
+	return msgs, tools, reply, strings.Join(errs, "; ")
+}
+
+// gmContent is a Gemini API Content: a role and its parts.
+type gmContent struct {
+	Role  string `json:"role"`
+	Parts []struct {
+		Text         *string `json:"text"`
+		Thought      bool    `json:"thought"`
+		FunctionCall *struct {
+			ID   string          `json:"id"`
+			Name string          `json:"name"`
+			Args json.RawMessage `json:"args"`
+		} `json:"functionCall"`
+		FunctionResponse *struct {
+			ID       string          `json:"id"`
+			Name     string          `json:"name"`
+			Response json.RawMessage `json:"response"`
+		} `json:"functionResponse"`
+	} `json:"parts"`
+}
+
+// gmMessages turns one Content into messages: text and thoughts and calls
+// of a "model" turn into one assistant message, a "user" turn's function
+// responses into tool results.
+func gmMessages(c gmContent) []Message {
+	role := "user"
+	if c.Role == "model" {
+		role = "assistant"
+	}
+	var out []Message
+	cur := Message{Role: role}
+	flush := func() {
+		if cur.Text != "" || cur.Reasoning != "" || len(cur.ToolCalls) > 0 {
+			out = append(out, cur)
+		}
+		cur = Message{Role: role}
+	}
+	for _, p := range c.Parts {
+		switch {
+		case p.Text != nil && p.Thought:
+			cur.Reasoning += *p.Text
+		case p.Text != nil:
+			if role == "user" && cur.Text != "" {
+				cur.Text += "\n"
+			}
+			cur.Text += *p.Text
+		case p.FunctionCall != nil:
+			cur.ToolCalls = append(cur.ToolCalls, ToolCall{ID: p.FunctionCall.ID, Name: p.FunctionCall.Name, Arguments: args(p.FunctionCall.Args)})
+		case p.FunctionResponse != nil:
+			flush()
+			out = append(out, Message{Role: "tool", ToolCallID: p.FunctionResponse.ID, Name: p.FunctionResponse.Name, Text: gmResult(p.FunctionResponse.Response)})
+		}
+	}
+	flush()
+	return out
+}
+
+// gmResult is a function response's text: the output string Gemini CLI
+// sends ({"output": "…"}), else the response object.
+func gmResult(raw json.RawMessage) string {
+	var r map[string]json.RawMessage
+	if json.Unmarshal(raw, &r) == nil && len(r) == 1 {
+		var s string
+		if json.Unmarshal(r["output"], &s) == nil {
+			return s
+		}
+	}
+	return compactJSON(string(raw))
+}
+
+// parseGemini reads a Gemini API generateContent call.
+func parseGemini(req, resp json.RawMessage) ([]Message, []string, *Message, string) {
+	var rq struct {
+		SystemInstruction *gmContent  `json:"systemInstruction"`
+		Contents          []gmContent `json:"contents"`
+		Tools             []struct {
+			FunctionDeclarations []struct {
+				Name string `json:"name"`
+			} `json:"functionDeclarations"`
+		} `json:"tools"`
+	}
+	var errs []string
+	if err := json.Unmarshal(req, &rq); err != nil {
+		errs = append(errs, "request: "+err.Error())
+	}
+	var msgs []Message
+	if si := rq.SystemInstruction; si != nil {
+		var sys []string
+		for _, p := range si.Parts {
+			if p.Text != nil {
+				sys = append(sys, *p.Text)
+			}
+		}
+		msgs = append(msgs, Message{Role: "system", Text: strings.Join(sys, "\n")})
+	}
+	for _, c := range rq.Contents {
+		msgs = append(msgs, gmMessages(c)...)
+	}
+	var tools []string
+	for _, t := range rq.Tools {
+		for _, fd := range t.FunctionDeclarations {
+			tools = append(tools, fd.Name)
+		}
+	}
+	var rs struct {
+		Candidates []struct {
+			Content gmContent `json:"content"`
+		} `json:"candidates"`
+	}
+	reply := &Message{Role: "assistant"}
+	if err := json.Unmarshal(resp, &rs); err != nil {
+		errs = append(errs, "response: "+err.Error())
+	} else if len(rs.Candidates) > 0 {
+		rs.Candidates[0].Content.Role = "model"
+		if out := gmMessages(rs.Candidates[0].Content); len(out) > 0 {
+			reply = &out[0]
+		}
 	}
 	return msgs, tools, reply, strings.Join(errs, "; ")
 }

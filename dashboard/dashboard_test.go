@@ -494,8 +494,9 @@ func TestTokensView(t *testing.T) {
 	}
 }
 
-// TestConversationShapes drives the Responses and Anthropic Messages routes
-// with a tool call and its result: the conversation view reads both.
+// TestConversationShapes drives the Responses, Anthropic Messages and
+// Gemini routes with a tool call and its result: the conversation view
+// reads each.
 func TestConversationShapes(t *testing.T) {
 	e := newEnv(t, admin)
 	tc := chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{Name: "lookup", Arguments: `{"q": "agl"}`}}}
@@ -537,7 +538,31 @@ func TestConversationShapes(t *testing.T) {
 	e.rawPost(t, am, "/v1/messages", `{"model":"m","max_tokens":100,"system":"Use tools.","messages":[{"role":"user","content":"Find agl."},{"role":"assistant","content":`+
 		string(a1.Content)+`},{"role":"user","content":[{"type":"tool_result","tool_use_id":"`+m1.Content[len(m1.Content)-1].ID+`","content":"agl is an RL trainer"}]}],"tools":`+atools+`}`, ah)
 
-	for _, id := range []string{"responses", "messages"} {
+	gm := e.claim(t, store.NewRollout{ID: "gemini"}, "w")
+	e.eng.push(tc, chat.Message{Role: chat.RoleAssistant, Content: "Found it."})
+	gh := map[string]string{"x-goog-api-key": gm.Key}
+	gtools := `[{"functionDeclarations":[{"name":"lookup","parametersJsonSchema":{"type":"object","properties":{"q":{"type":"string"}}}}]}]`
+	gsys := `{"parts":[{"text":"Use tools."}]}`
+	out = e.rawPost(t, gm, "/v1beta/models/m:generateContent", `{"systemInstruction":`+gsys+`,"contents":[{"role":"user","parts":[{"text":"Find agl."}]}],"tools":`+gtools+`}`, gh)
+	var g1 struct {
+		Candidates []struct {
+			Content struct {
+				Parts []struct {
+					FunctionCall struct {
+						ID string `json:"id"`
+					} `json:"functionCall"`
+				} `json:"parts"`
+			} `json:"content"`
+		} `json:"candidates"`
+	}
+	json.Unmarshal([]byte(out), &g1)
+	gparts := g1.Candidates[0].Content.Parts
+	gcall := gparts[len(gparts)-1].FunctionCall.ID
+	e.rawPost(t, gm, "/v1beta/models/m:streamGenerateContent?alt=sse", `{"systemInstruction":`+gsys+`,"contents":[{"role":"user","parts":[{"text":"Find agl."}]},`+
+		`{"role":"model","parts":[{"functionCall":{"id":"`+gcall+`","name":"lookup","args":{"q":"agl"}}}]},`+
+		`{"role":"user","parts":[{"functionResponse":{"id":"`+gcall+`","name":"lookup","response":{"output":"agl is an RL trainer"}}}]}],"tools":`+gtools+`}`, gh)
+
+	for _, id := range []string{"responses", "messages", "gemini"} {
 		t.Run(id, func(t *testing.T) {
 			var v dashboard.RolloutView
 			if st, body := e.get(t, "/api/dashboard/rollouts/"+id, admin, &v); st != 200 {

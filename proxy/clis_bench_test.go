@@ -17,8 +17,8 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// BenchmarkCLIFirstTurn measures what the gateway adds to Claude Code's and
-// Codex's first request (the captured fixtures, streamed, headers
+// BenchmarkCLIFirstTurn measures what the gateway adds to Claude Code's,
+// Codex's and Gemini CLI's first request (the captured fixtures, streamed, headers
 // included): the gateway renders the ~10k-token prompt with the Qwen3
 // template, calls a scripted vLLM-format upstream (/v1/completions with
 // token-id prompts, a fixed "Hello." reply with log-probs), parses the
@@ -114,7 +114,14 @@ func benchCLIFirstTurn(b *testing.B, file string) {
 	}
 	b.StopTimer()
 	calls := e.calls(b, claim)
-	if len(calls) != n+1 || !strings.HasPrefix(calls[0].CallID, map[bool]string{true: "resp_", false: "msg_"}[strings.Contains(f.Path, "responses")]) {
+	prefix := "msg_"
+	switch {
+	case strings.Contains(f.Path, "/v1/responses"):
+		prefix = "resp_"
+	case strings.Contains(f.Path, "/v1beta/"):
+		prefix = "gen-"
+	}
+	if len(calls) != n+1 || !strings.HasPrefix(calls[0].CallID, prefix) {
 		b.Fatalf("%d events for %d gateway calls", len(calls), n+1)
 	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

@@ -381,6 +381,110 @@ var codexFields = map[string]func(*testing.T, *fxRun){
 	"client_metadata":     recorded,
 }
 
+// geminiCLIFields are the checks for every field Gemini CLI 0.61.0's
+// requests carry; each runs on both turns.
+var geminiCLIFields = map[string]func(*testing.T, *fxRun){
+	"contents": recorded,
+	"contents[].role": func(t *testing.T, r *fxRun) {
+		// The conversation in order: user text, the model's calls, the
+		// function responses.
+		var markers []string
+		each(r.body, "contents", func(c map[string]any) {
+			var txt []string
+			each(c, "parts", func(p map[string]any) {
+				switch {
+				case p["text"] != nil:
+					txt = append(txt, p["text"].(string))
+				case p["functionCall"] != nil:
+					fc := p["functionCall"].(map[string]any)
+					markers = append(markers, "<tool_call>\n"+`{"name": "`+fc["name"].(string)+`"`)
+				case p["functionResponse"] != nil:
+					resp := p["functionResponse"].(map[string]any)["response"].(map[string]any)
+					markers = append(markers, "<tool_response>\n"+resp["output"].(string)+"\n</tool_response>")
+				}
+			})
+			if len(txt) > 0 {
+				markers = append(markers, "<|im_start|>user\n"+strings.Join(txt, "\n"))
+			}
+		})
+		r.inOrder(t, append(markers, "<|im_start|>assistant\n"))
+	},
+	"contents[].parts": recorded,
+	"contents[].parts[].text": func(t *testing.T, r *fxRun) {
+		each(r.body, "contents", func(c map[string]any) {
+			each(c, "parts", func(p map[string]any) {
+				if s, ok := p["text"].(string); ok {
+					r.inPrompt(t, "text part", s)
+				}
+			})
+		})
+	},
+	"contents[].parts[].functionCall":      recorded, // in the prompt (contents[].role)
+	"contents[].parts[].functionCall.id":   recorded, // matched with the functionResponse's id
+	"contents[].parts[].functionCall.name": recorded,
+	"contents[].parts[].functionCall.args": func(t *testing.T, r *fxRun) {
+		each(r.body, "contents", func(c map[string]any) {
+			each(c, "parts", func(p map[string]any) {
+				if fc, ok := p["functionCall"].(map[string]any); ok {
+					r.inPrompt(t, "functionCall args", `"command": "`+fc["args"].(map[string]any)["command"].(string)+`"`)
+				}
+			})
+		})
+	},
+	// An opaque signature: the model gets nothing from it; the request
+	// keeps it verbatim.
+	"contents[].parts[].thoughtSignature":          recorded,
+	"contents[].parts[].functionResponse":          recorded,
+	"contents[].parts[].functionResponse.id":       recorded,
+	"contents[].parts[].functionResponse.name":     recorded,
+	"contents[].parts[].functionResponse.response": recorded, // its output in the prompt (contents[].role)
+	"systemInstruction":                            recorded,
+	"systemInstruction.parts":                      recorded,
+	"systemInstruction.parts[].text": func(t *testing.T, r *fxRun) {
+		sys := r.body["systemInstruction"].(map[string]any)
+		each(sys, "parts", func(p map[string]any) { r.inPrompt(t, "system instruction", "<|im_start|>system\n"+p["text"].(string)) })
+	},
+	"systemInstruction.role":       recorded,
+	"tools":                        recorded,
+	"tools[].functionDeclarations": recorded,
+	"tools[].functionDeclarations[].description":          recorded,
+	"tools[].functionDeclarations[].parametersJsonSchema": recorded,
+	"tools[].functionDeclarations[].name": func(t *testing.T, r *fxRun) {
+		n := 0
+		each(r.body, "tools", func(tl map[string]any) {
+			each(tl, "functionDeclarations", func(fd map[string]any) {
+				n++
+				r.inPrompt(t, "function declaration", toolDecl(fd["name"].(string)))
+			})
+		})
+		if n == 0 {
+			t.Error("no function declarations in the fixture")
+		}
+	},
+	"generationConfig": recorded,
+	"generationConfig.temperature": func(t *testing.T, r *fxRun) {
+		if !strings.Contains(string(r.mc.Sampling), `"temperature":1`) {
+			t.Errorf("sampling %s", r.mc.Sampling)
+		}
+	},
+	"generationConfig.topP": func(t *testing.T, r *fxRun) {
+		if !strings.Contains(string(r.mc.Sampling), `"top_p":0.95`) {
+			t.Errorf("sampling %s", r.mc.Sampling)
+		}
+	},
+	"generationConfig.topK": func(t *testing.T, r *fxRun) {
+		if !strings.Contains(string(r.mc.Sampling), `"top_k":64`) {
+			t.Errorf("sampling %s", r.mc.Sampling)
+		}
+	},
+	"generationConfig.thinkingConfig": func(t *testing.T, r *fxRun) { r.ignored(t, "generationConfig.thinkingConfig") },
+	"header X-Goog-Api-Key": func(t *testing.T, r *fxRun) {
+		if !r.mc.Stream || !strings.HasPrefix(r.answer, "data: {") || !strings.Contains(r.answer, `"finishReason":"STOP"`) {
+			t.Errorf("not an SSE stream ending with STOP (stream=%v): %.300s", r.mc.Stream, r.answer)
+		}
+	},
+}
+
 // fieldPaths lists the field paths of v ("tools[].name"), not descending
 // into the values at opaque paths.
 func fieldPaths(v any, prefix string, opaque map[string]bool, out map[string]bool) {
@@ -407,7 +511,9 @@ var opaqueFields = map[string]bool{
 	"metadata": true, "thinking": true, "context_management": true, "output_config": true, "reasoning": true, "client_metadata": true,
 	"tools[].input_schema": true, "tools[].parameters": true, "tools[].tools[].parameters": true,
 	"system[].cache_control": true, "messages[].content[].cache_control": true, "messages[].output_config": true,
-	"messages[].content[].input": true,
+	"messages[].content[].input":                          true,
+	"tools[].functionDeclarations[].parametersJsonSchema": true, "generationConfig.thinkingConfig": true,
+	"contents[].parts[].functionCall.args": true, "contents[].parts[].functionResponse.response": true,
 }
 
 // TestCLIRequestFields replays both turns of one real run of Claude Code
@@ -424,8 +530,11 @@ func TestCLIRequestFields(t *testing.T) {
 	for _, fx := range cliFixtures {
 		t.Run(fx.cli, func(t *testing.T) {
 			checks := claudeCodeFields
-			if fx.cli == "codex" {
+			switch fx.cli {
+			case "codex":
 				checks = codexFields
+			case "gemini-cli":
+				checks = geminiCLIFields
 			}
 			var fs [2]cliFixture
 			var bodies [2]map[string]any
@@ -468,6 +577,15 @@ func TestCLIRequestFields(t *testing.T) {
 				st, _, body := post(t, f.Method, base(e.srv, cl)+path, f.headers(cl.Key), string(f.Body))
 				if want := `{"input_tokens":` + strconv.Itoa(len(calls[0].PromptIDs)) + `}`; st != 200 || body != want {
 					t.Errorf("count_tokens: %d %s, want %s", st, body, want)
+				}
+			}
+			if fx.shape == api.ShapeGenerateContent {
+				// :countTokens on the first turn's request counts its prompt.
+				f := fs[0]
+				path, _, _ := strings.Cut(strings.Replace(f.Path, ":streamGenerateContent", ":countTokens", 1), "?")
+				st, _, body := post(t, f.Method, base(e.srv, cl)+path, f.headers(cl.Key), `{"generateContentRequest":`+string(f.Body)+`}`)
+				if want := `{"totalTokens":` + strconv.Itoa(len(calls[0].PromptIDs)) + `}`; st != 200 || body != want {
+					t.Errorf("countTokens: %d %s, want %s", st, body, want)
 				}
 			}
 			names := make([]string, 0, len(checks))

@@ -94,7 +94,7 @@ func (f cliFixture) headers(key string) map[string]string {
 	h := map[string]string{}
 	for k, v := range f.Headers {
 		switch strings.ToLower(k) {
-		case "x-api-key":
+		case "x-api-key", "x-goog-api-key":
 			v = key
 		case "authorization":
 			v = "Bearer " + key
@@ -116,6 +116,7 @@ var cliFixtures = []struct {
 }{
 	{"claude-code", api.ShapeMessages, [2]string{"claude-code-2.1.328-turn1.json", "claude-code-2.1.328-turn2.json"}, claudeReplies},
 	{"codex", api.ShapeResponses, [2]string{"codex-0.171.0-turn1.json", "codex-0.171.0-turn2.json"}, codexReplies},
+	{"gemini-cli", api.ShapeGenerateContent, [2]string{"gemini-cli-0.61.0-turn1.json", "gemini-cli-0.61.0-turn2.json"}, geminiReplies},
 }
 
 // The scripted model of the CLI tests: think, call the CLI's own shell

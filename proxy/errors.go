@@ -15,15 +15,18 @@ type errorStyle uint8
 const (
 	styleOpenAI errorStyle = iota
 	styleAnthropic
+	styleGoogle
 )
 
 // apiError is an error with an HTTP status, rendered in the caller's API
-// shape: OpenAI {"error":{"message","type","param","code"}} or Anthropic
-// {"type":"error","error":{"type","message"}}.
+// shape: OpenAI {"error":{"message","type","param","code"}}, Anthropic
+// {"type":"error","error":{"type","message"}} or Google
+// {"error":{"code","message","status"}}.
 type apiError struct {
 	Status  int
 	Message string
-	// Param names the offending request field (OpenAI only), if any.
+	// Param names the offending request field (OpenAI's param, Google's
+	// field violation), if any.
 	Param string
 	// Code is OpenAI's machine-readable code, if any.
 	Code string
@@ -93,6 +96,35 @@ func anthropicType(status int) string {
 	return "invalid_request_error"
 }
 
+// googleStatus is Google's canonical status name (google.rpc.Code) for an
+// HTTP status.
+func googleStatus(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "UNAUTHENTICATED"
+	case http.StatusForbidden:
+		return "PERMISSION_DENIED"
+	case http.StatusNotFound:
+		return "NOT_FOUND"
+	case http.StatusConflict:
+		return "ABORTED"
+	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
+		return "DEADLINE_EXCEEDED"
+	case http.StatusTooManyRequests:
+		return "RESOURCE_EXHAUSTED"
+	case 499:
+		return "CANCELLED"
+	case http.StatusNotImplemented:
+		return "UNIMPLEMENTED"
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		return "UNAVAILABLE"
+	}
+	if status >= 500 {
+		return "INTERNAL"
+	}
+	return "INVALID_ARGUMENT"
+}
+
 // writeError writes e in the given style.
 func writeError(w http.ResponseWriter, style errorStyle, e *apiError) {
 	h := w.Header()
@@ -114,6 +146,22 @@ func errorBody(style errorStyle, e *apiError) []byte {
 		b = fastjson.AppendString(b, e.Message)
 		return append(b, "}}"...)
 	}
+	if style == styleGoogle {
+		b = append(b, `{"error":{"code":`...)
+		b = strconv.AppendInt(b, int64(e.Status), 10)
+		b = append(b, `,"message":`...)
+		b = fastjson.AppendString(b, e.Message)
+		b = append(b, `,"status":`...)
+		b = strconv.AppendQuote(b, googleStatus(e.Status))
+		if e.Param != "" {
+			b = append(b, `,"details":[{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":`...)
+			b = fastjson.AppendString(b, e.Param)
+			b = append(b, `,"description":`...)
+			b = fastjson.AppendString(b, e.Message)
+			b = append(b, "}]}]"...)
+		}
+		return append(b, "}}"...)
+	}
 	b = append(b, `{"error":{"message":`...)
 	b = fastjson.AppendString(b, e.Message)
 	b = append(b, `,"type":`...)
@@ -126,8 +174,8 @@ func errorBody(style errorStyle, e *apiError) []byte {
 }
 
 // appendSSEError appends e as a stream error event, for errors after a
-// stream has started: OpenAI's data-only error object, Anthropic's
-// "error" event.
+// stream has started: OpenAI's (and Google's) data-only error object,
+// Anthropic's "error" event.
 func appendSSEError(b []byte, style errorStyle, e *apiError) []byte {
 	if style == styleAnthropic {
 		return appendSSEEvent(b, "error", errorBody(style, e))

@@ -63,6 +63,16 @@ var (
 		`{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"hi"}]}`,
 		`{"model":"m","max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`,
 	}
+	generateContentSeeds = []string{
+		`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+		`{"systemInstruction":{"parts":[{"text":"be brief"}]},"generationConfig":{"temperature":0.5,"topP":0.9,"topK":4,"maxOutputTokens":8,"seed":3,"stopSequences":["x"],"thinkingConfig":{"thinkingBudget":0}},"safetySettings":[],"contents":[{"parts":[{"text":"hi"},{"text":"there"}]}]}`,
+		`{"tools":[{"functionDeclarations":[{"name":"calc","parameters":{"type":"OBJECT","properties":{"x":{"type":"INTEGER"}}}}]}],"toolConfig":{"functionCallingConfig":{"mode":"ANY"}},"contents":[{"role":"user","parts":[{"text":"hi"}]},{"role":"model","parts":[{"text":"t","thought":true,"thoughtSignature":"c2ln"},{"functionCall":{"id":"c1","name":"calc","args":{"x":1}}}]},{"role":"user","parts":[{"functionResponse":{"id":"c1","name":"calc","response":{"output":"2"}}}]}]}`,
+		`{"tools":[{"functionDeclarations":[{"name":"calc","parametersJsonSchema":{"type":"object"}}]}],"contents":[{"role":"user","parts":[{"text":"hi"}]},{"role":"model","parts":[{"functionCall":{"name":"calc"}}]},{"role":"function","parts":[{"functionResponse":{"name":"calc","response":{"r":[1]}}}]}]}`,
+		`{"contents":[{"role":"user","parts":[{"functionResponse":{"id":"x","name":"calc","response":{}}}]}]}`,
+		`{"contents":[{"role":"user","parts":[{"inlineData":{"data":""}}]}]}`,
+		`{"contents":[{"role":"user","parts":[{}]}]}`, `{"contents":[]}`, `{"contents":[null]}`, `{"contents":`, `[]`, `null`,
+		`{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":{"candidateCount":3}}`,
+	}
 	eventSeeds = []string{
 		`{"events":[{"type":"reward","data":{"value":1}}]}`,
 		`{"events":[{"type":"log","data":"hello"},{"type":"note","data":{"k":[1,2]}}]}`,
@@ -144,6 +154,11 @@ func FuzzMessages(f *testing.F) {
 	f.Fuzz(fr.check)
 }
 
+func FuzzGenerateContent(f *testing.F) {
+	fr := newFuzzRoute(f, "v1beta/models/m:generateContent", generateContentSeeds)
+	f.Fuzz(fr.check)
+}
+
 func FuzzHarnessEvents(f *testing.F) {
 	fr := newFuzzRoute(f, "events", eventSeeds)
 	f.Fuzz(fr.check)
@@ -154,7 +169,7 @@ func FuzzHarnessEvents(f *testing.F) {
 func TestFuzzSeedsAnswered(t *testing.T) {
 	e := newEnv(t, proxy.Config{StreamKeepAlive: -1}, nil)
 	cl := e.claim(t, store.ModeTrain)
-	for route, seeds := range map[string][]string{"v1/chat/completions": chatSeeds, "v1/completions": completionSeeds, "v1/responses": responsesSeeds, "v1/messages": messagesSeeds, "events": eventSeeds} {
+	for route, seeds := range map[string][]string{"v1/chat/completions": chatSeeds, "v1/completions": completionSeeds, "v1/responses": responsesSeeds, "v1/messages": messagesSeeds, "v1beta/models/m:generateContent": generateContentSeeds, "events": eventSeeds} {
 		var ok, refused int
 		for _, s := range seeds {
 			e.eng.Push(text("ok"))

@@ -1,6 +1,6 @@
 // Package proxy is agl's LLM gateway: the rollout-scoped OpenAI Chat
-// Completions, Completions, Responses and Anthropic Messages routes a
-// harness calls instead of its model provider.
+// Completions, Completions, Responses, Anthropic Messages and Gemini API
+// routes a harness calls instead of its model provider.
 //
 // Every call is translated into agl's one conversation model (package chat),
 // answered by a Backend (a token engine with a chat template, or an
@@ -25,7 +25,17 @@
 //	POST /r/{rollout}/{attempt}/v1/messages       (Anthropic)
 //	POST /r/{rollout}/{attempt}/v1/messages/count_tokens (token backends)
 //	GET  /r/{rollout}/{attempt}/v1/models
+//	POST /r/{rollout}/{attempt}/v1beta/models/{model}:generateContent       (Gemini)
+//	POST /r/{rollout}/{attempt}/v1beta/models/{model}:streamGenerateContent (?alt=sse: SSE; else a JSON array)
+//	POST /r/{rollout}/{attempt}/v1beta/models/{model}:countTokens           (token backends)
+//	GET  /r/{rollout}/{attempt}/v1beta/models[/{model}]
 //	POST /r/{rollout}/{attempt}/events            (harness rewards / custom events)
+//
+// Keys also arrive as the Gemini API sends them (x-goog-api-key, ?key=);
+// a key given more than one way must be the same key. Errors come in the
+// route's own shape (OpenAI, Anthropic or Google); an unknown route
+// answers in the shape the request's headers and path point to
+// (requestStyle).
 //
 // Every model route also answers under /r/{rollout}/{attempt}/agents/{agent}/
 // (e.g. …/agents/writer/v1/chat/completions): the call is recorded for that
@@ -289,6 +299,12 @@ type apiShape struct {
 	stream func(p *Proxy, c *call, buf []byte) []byte
 	// maxTokens names the response length parameter in errors.
 	maxTokens string
+	// prepare, if set, reads what the shape takes from the request's
+	// path and query (Gemini: the model, the stream form).
+	prepare func(c *call, r *http.Request) *apiError
+	// array, if set, writes the answer of a call with arrayStream
+	// (Gemini's streamGenerateContent without alt=sse).
+	array func(p *Proxy, c *call, buf []byte) []byte
 }
 
 var (
@@ -296,6 +312,7 @@ var (
 	shapeComplete  = &apiShape{name: api.ShapeCompletions, idPrefix: "cmpl-", style: styleOpenAI, decode: decodeCompletion, encode: encodeCompletion, stream: streamCompletion, maxTokens: "max_tokens"}
 	shapeResponses = &apiShape{name: api.ShapeResponses, idPrefix: "resp_", style: styleOpenAI, decode: decodeResponses, encode: encodeResponses, stream: streamResponses, maxTokens: "max_output_tokens"}
 	shapeMessages  = &apiShape{name: api.ShapeMessages, idPrefix: "msg_", style: styleAnthropic, decode: decodeMessages, encode: encodeMessages, stream: streamMessages, maxTokens: "max_tokens"}
+	shapeGemini    = &apiShape{name: api.ShapeGenerateContent, idPrefix: "gen-", style: styleGoogle, decode: decodeGemini, encode: encodeGemini, stream: streamGemini, maxTokens: "generationConfig.maxOutputTokens", prepare: prepareGemini, array: arrayGemini}
 )
 
 // call is the state of one model call through the proxy.
@@ -310,6 +327,10 @@ type call struct {
 
 	stream       bool
 	includeUsage bool
+	// arrayStream: a stream answered as one JSON array (shape.array).
+	arrayStream bool
+	// pathModel is the model named by the path (Gemini).
+	pathModel string
 
 	chat     *ChatRequest
 	complete *CompleteRequest
@@ -340,10 +361,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		aid, sub, ok = strings.Cut(rest, "/")
 	}
 	sub = strings.TrimSuffix(sub, "/")
-	style := styleOpenAI
-	if strings.HasPrefix(sub, "v1/messages") {
-		style = styleAnthropic
-	}
+	style := requestStyle(r, sub)
 	if !ok || rid == "" || aid == "" {
 		writeError(w, style, &apiError{Status: http.StatusNotFound, Message: "unknown route " + r.URL.Path})
 		return
@@ -363,21 +381,34 @@ type trustedKey struct{}
 // admin auth). The attempt must still be running for model calls.
 func (p *Proxy) ServeTrusted(w http.ResponseWriter, r *http.Request, rolloutID, attemptID, route string) {
 	route = strings.Trim(route, "/")
-	style := styleOpenAI
-	if strings.HasPrefix(route, "v1/messages") {
-		style = styleAnthropic
-	}
+	style := requestStyle(r, route)
 	r = r.WithContext(context.WithValue(r.Context(), trustedKey{}, true))
 	p.dispatch(w, r, Target{RolloutID: rolloutID, AttemptID: attemptID}, route, style)
+}
+
+// requestStyle is the error shape a request is answered in before (or
+// without) a route's own: Anthropic's for anthropic-version or
+// anthropic-beta headers or a v1/messages route, Google's for an
+// x-goog-api-key header or a v1beta/ route, else OpenAI's.
+func requestStyle(r *http.Request, route string) errorStyle {
+	if rest, ok := strings.CutPrefix(route, "agents/"); ok {
+		_, route, _ = strings.Cut(rest, "/")
+	}
+	switch {
+	case r.Header.Get("anthropic-version") != "" || r.Header.Get("anthropic-beta") != "":
+		return styleAnthropic
+	case r.Header.Get("X-Goog-Api-Key") != "" || strings.HasPrefix(route, "v1beta/") || route == "v1beta":
+		return styleGoogle
+	case strings.HasPrefix(route, "v1/messages"):
+		return styleAnthropic
+	}
+	return styleOpenAI
 }
 
 func (p *Proxy) dispatch(w http.ResponseWriter, r *http.Request, t Target, sub string, style errorStyle) {
 	if rest, ok := strings.CutPrefix(sub, "agents/"); ok {
 		agent, route, _ := strings.Cut(rest, "/")
-		if strings.HasPrefix(route, "v1/messages") {
-			style = styleAnthropic
-		}
-		if route == "events" || !strings.HasPrefix(route, "v1/") {
+		if route == "events" || !strings.HasPrefix(route, "v1/") && !strings.HasPrefix(route, "v1beta/") {
 			writeError(w, style, &apiError{Status: http.StatusNotFound, Message: "unknown route " + r.URL.Path + ": only model routes (v1/…) take an agent", Code: "unknown_url"})
 			return
 		}
@@ -397,12 +428,28 @@ func (p *Proxy) dispatch(w http.ResponseWriter, r *http.Request, t Target, sub s
 	case "v1/messages":
 		p.serveCall(w, r, t, shapeMessages)
 	case "v1/messages/count_tokens":
-		p.serveCountTokens(w, r, t)
+		p.serveCountTokens(w, r, t, shapeMessages)
 	case "v1/models":
 		p.serveModels(w, r, t)
 	case "events":
 		p.serveEvents(w, r, t)
+	case "v1beta/models":
+		p.serveGeminiModels(w, r, t, "")
 	default:
+		if model, ok := strings.CutPrefix(sub, "v1beta/models/"); ok && model != "" {
+			model, method, colon := strings.Cut(model, ":")
+			switch {
+			case !colon && !strings.Contains(model, "/"):
+				p.serveGeminiModels(w, r, t, model)
+				return
+			case method == "generateContent" || method == "streamGenerateContent":
+				p.serveCall(w, r, t, shapeGemini)
+				return
+			case method == "countTokens":
+				p.serveCountTokens(w, r, t, shapeGemini)
+				return
+			}
+		}
 		writeError(w, style, &apiError{Status: http.StatusNotFound, Message: "unknown route " + r.URL.Path, Code: "unknown_url"})
 	}
 }
@@ -413,12 +460,12 @@ func (p *Proxy) authorize(ctx context.Context, r *http.Request, t Target, runnin
 	if ctx.Value(trustedKey{}) != nil {
 		return p.trustedAttempt(ctx, t, running)
 	}
-	key, err := api.RequestKey(r)
+	key, err := requestKey(r)
 	if err != nil {
 		return "", &apiError{Status: http.StatusUnauthorized, Message: err.Error(), Code: "invalid_api_key"}
 	}
 	if key == "" {
-		return "", &apiError{Status: http.StatusUnauthorized, Message: "missing API key: send the attempt's scoped key as Authorization: Bearer KEY or x-api-key", Code: "invalid_api_key"}
+		return "", &apiError{Status: http.StatusUnauthorized, Message: "missing API key: send the attempt's scoped key as Authorization: Bearer KEY, x-api-key or x-goog-api-key", Code: "invalid_api_key"}
 	}
 	sum := sha256.Sum256([]byte(key))
 	if p.cfg.AuthCacheTTL > 0 {
@@ -648,6 +695,12 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		writeError(w, sh.style, aerr)
 		return
 	}
+	if sh.prepare != nil {
+		if aerr = sh.prepare(c, r); aerr != nil {
+			writeError(w, sh.style, aerr)
+			return
+		}
+	}
 	if aerr = sh.decode(p, c); aerr != nil {
 		writeError(w, sh.style, aerr)
 		return
@@ -714,6 +767,9 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	}
 	started := ka.stop()
 	h := w.Header()
+	if c.arrayStream {
+		resp = sh.array(p, c, make([]byte, 0, 2*len(resp)+64))
+	}
 	if !c.stream {
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(resp)))
@@ -825,7 +881,11 @@ func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
 		Request: c.body, Response: resp,
 		Usage:     api.Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens},
 		LatencyMS: float64(time.Since(c.start).Microseconds()) / 1000,
-		Retries:   res.Retries, Stream: c.stream,
+		Retries:   res.Retries, Stream: c.stream || c.arrayStream,
+	}
+	if mc.FinishReason == engine.FinishStop && len(res.Message.ToolCalls) > 0 {
+		// As the response says it (tool_calls, tool_use, function calls).
+		mc.FinishReason = api.FinishToolCalls
 	}
 	mc.Ignored = c.ignored
 	if c.chat != nil && res.Sampling != nil && c.chat.Sampling.MaxTokens > res.Sampling.MaxTokens {
@@ -860,43 +920,55 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 
 // TokenCounter is implemented by backends that can count the prompt tokens
 // of a conversation (TokenBackend does); it serves Anthropic's
-// /v1/messages/count_tokens.
+// /v1/messages/count_tokens and the Gemini API's :countTokens.
 type TokenCounter interface {
 	CountTokens(ctx context.Context, conv chat.Conversation) (int, error)
 }
 
-// serveCountTokens answers Anthropic's POST /v1/messages/count_tokens.
-func (p *Proxy) serveCountTokens(w http.ResponseWriter, r *http.Request, t Target) {
+// serveCountTokens answers Anthropic's POST /v1/messages/count_tokens
+// ({"input_tokens":N}) or the Gemini API's POST …:countTokens
+// ({"totalTokens":N}), as sh says.
+func (p *Proxy) serveCountTokens(w http.ResponseWriter, r *http.Request, t Target, sh *apiShape) {
 	if r.Method != http.MethodPost {
-		writeError(w, styleAnthropic, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
+		writeError(w, sh.style, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
 		return
 	}
 	tc, ok := p.backend.(TokenCounter)
 	if !ok {
-		writeError(w, styleAnthropic, &apiError{Status: http.StatusNotFound, Message: "count_tokens is not supported by this model backend"})
+		writeError(w, sh.style, &apiError{Status: http.StatusNotFound, Message: "counting tokens is not supported by this model backend"})
 		return
 	}
 	mode, aerr := p.authorize(r.Context(), r, t, false)
 	if aerr != nil {
-		writeError(w, styleAnthropic, aerr)
+		writeError(w, sh.style, aerr)
 		return
 	}
-	c := &call{shape: shapeMessages, target: t, mode: mode, countOnly: true, header: r.Header}
+	c := &call{shape: sh, target: t, mode: mode, countOnly: true, header: r.Header}
 	if c.body, aerr = p.readBody(w, r); aerr != nil {
-		writeError(w, styleAnthropic, aerr)
+		writeError(w, sh.style, aerr)
 		return
 	}
-	if aerr = decodeMessages(p, c); aerr != nil {
-		writeError(w, styleAnthropic, aerr)
+	if sh.prepare != nil {
+		if aerr = sh.prepare(c, r); aerr != nil {
+			writeError(w, sh.style, aerr)
+			return
+		}
+	}
+	if aerr = sh.decode(p, c); aerr != nil {
+		writeError(w, sh.style, aerr)
 		return
 	}
 	n, err := tc.CountTokens(r.Context(), c.chat.Conv)
 	if err != nil {
-		writeError(w, styleAnthropic, backendError(err))
+		writeError(w, sh.style, backendError(err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(strconv.AppendInt([]byte(`{"input_tokens":`), int64(n), 10))
+	field := `{"input_tokens":`
+	if sh == shapeGemini {
+		field = `{"totalTokens":`
+	}
+	w.Write(strconv.AppendInt([]byte(field), int64(n), 10))
 	w.Write([]byte("}"))
 }
 

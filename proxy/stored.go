@@ -54,7 +54,7 @@ func (p *Proxy) RecentCalls(ctx context.Context, t Target, limit int) ([]StoredC
 			break
 		}
 		var mc api.ModelCall
-		if json.Unmarshal(e.Data, &mc) != nil || mc.Agent != t.Agent || mc.FinishReason != engine.FinishStop ||
+		if json.Unmarshal(e.Data, &mc) != nil || mc.Agent != t.Agent || mc.FinishReason != engine.FinishStop && mc.FinishReason != api.FinishToolCalls ||
 			mc.UpstreamRendered || mc.NoTokenIDs || len(mc.ResponseIDs) == 0 {
 			continue
 		}
@@ -66,6 +66,8 @@ func (p *Proxy) RecentCalls(ctx context.Context, t Target, limit int) ([]StoredC
 			sh = shapeResponses
 		case shapeMessages.name:
 			sh = shapeMessages
+		case shapeGemini.name:
+			sh = shapeGemini
 		default:
 			continue // raw completions keep no token state
 		}

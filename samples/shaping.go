@@ -214,6 +214,35 @@ func toolErrors(shape string, req json.RawMessage) []string {
 				}
 			}
 		}
+	case api.ShapeGenerateContent:
+		// A functionResponse is an error when its response has an
+		// "error" field (Gemini CLI's failed tools) or its output text
+		// reads as one.
+		var r struct {
+			Contents []struct {
+				Parts []struct {
+					FunctionResponse *struct {
+						ID       string `json:"id"`
+						Response struct {
+							Error  json.RawMessage `json:"error"`
+							Output text            `json:"output"`
+						} `json:"response"`
+					} `json:"functionResponse"`
+				} `json:"parts"`
+			} `json:"contents"`
+		}
+		json.Unmarshal(req, &r)
+		for _, c := range r.Contents {
+			for _, p := range c.Parts {
+				fr := p.FunctionResponse
+				if fr == nil || fr.ID == "" {
+					continue
+				}
+				if e := fr.Response.Error; len(e) > 0 && string(e) != "null" || fr.Response.Output.isError() {
+					ids = append(ids, fr.ID)
+				}
+			}
+		}
 	}
 	return ids
 }
@@ -272,6 +301,31 @@ func replyTools(shape string, resp json.RawMessage) (ids []string, txt string) {
 				ids = append(ids, b.ID)
 			case "text":
 				sb.WriteString(b.Text)
+			}
+		}
+	case api.ShapeGenerateContent:
+		var r struct {
+			Candidates []struct {
+				Content struct {
+					Parts []struct {
+						Text         string `json:"text"`
+						Thought      bool   `json:"thought"`
+						FunctionCall *struct {
+							ID string `json:"id"`
+						} `json:"functionCall"`
+					} `json:"parts"`
+				} `json:"content"`
+			} `json:"candidates"`
+		}
+		json.Unmarshal(resp, &r)
+		for _, c := range r.Candidates {
+			for _, p := range c.Content.Parts {
+				switch {
+				case p.FunctionCall != nil:
+					ids = append(ids, p.FunctionCall.ID)
+				case !p.Thought:
+					sb.WriteString(p.Text)
+				}
 			}
 		}
 	case api.ShapeCompletions:

@@ -54,6 +54,14 @@ func TestShape(t *testing.T) {
 			{api.ShapeResponses, `{"input":"q"}`, `{"output":[{"type":"function_call","call_id":"fc_1"},{"type":"message","content":[{"type":"output_text","text":"<tool_call>x</tool_call> <tool_call>y"}]}]}`},
 			{api.ShapeResponses, `{"input":[{"type":"function_call_output","call_id":"fc_1","output":"ERROR no such file"}]}`, `{"output":[]}`},
 		}, map[string]float64{"c0": -0.1 - 0.4}, 1, 2},
+		{"gemini: an error field or error output, calls by id", [][3]string{
+			{api.ShapeGenerateContent, `{"contents":[{"role":"user","parts":[{"text":"q"}]}]}`,
+				`{"candidates":[{"content":{"role":"model","parts":[{"text":"hm","thought":true},{"functionCall":{"id":"call_1","name":"f"}},{"functionCall":{"id":"call_2","name":"f"}}]}}]}`},
+			{api.ShapeGenerateContent, `{"contents":[{"role":"user","parts":[{"functionResponse":{"id":"call_1","name":"f","response":{"error":"boom"}}},{"functionResponse":{"id":"call_2","name":"f","response":{"output":"fine"}}}]}]}`,
+				`{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"id":"call_3","name":"f"}},{"text":"<tool_call>{"}]}}]}`},
+			{api.ShapeGenerateContent, `{"contents":[{"role":"user","parts":[{"functionResponse":{"id":"call_3","name":"f","response":{"output":"Error: no such file"}}}]}]}`,
+				`{"candidates":[{"content":{"role":"model","parts":[{"text":"ok"}]}}]}`},
+		}, map[string]float64{"c0": -0.1, "c1": -0.1 - 0.2}, 2, 1},
 		{"prefix rule; a body of another shape adds nothing", [][3]string{
 			{api.ShapeChatCompletions, chatReq0, `{"choices":[{"message":{"tool_calls":[{"id":"t1"}]}}]}`},
 			{api.ShapeChatCompletions, `{"messages":[{"role":"tool","tool_call_id":"t1","content":"errors: 0"}]}`, `{"choices":"x"}`},

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned harness CLIs the real-CLI tests run (proxy's
-# TestClaudeCodeCLI and TestCodexCLI): @anthropic-ai/claude-code and
-# @openai/codex, exactly as locked in scripts/clis/package-lock.json, into
+# TestClaudeCodeCLI, TestCodexCLI and TestGeminiCLI): @anthropic-ai/claude-code,
+# @openai/codex and @google/gemini-cli, exactly as locked in scripts/clis/package-lock.json, into
 # .cache/npm-clis/ (ignored by git). Their native binaries come inside the
 # npm packages (platform packages); nothing else is downloaded. Does nothing
 # when the installed versions already match the lock.
@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 dest=.cache/npm-clis
 mkdir -p "$dest"
 if cmp -s scripts/clis/package-lock.json "$dest/package-lock.json" &&
-	[ -x "$dest/node_modules/.bin/claude" ] && [ -x "$dest/node_modules/.bin/codex" ]; then
+	[ -x "$dest/node_modules/.bin/claude" ] && [ -x "$dest/node_modules/.bin/codex" ] &&
+	[ -x "$dest/node_modules/.bin/gemini" ]; then
 	exit 0
 fi
 cp scripts/clis/package.json scripts/clis/package-lock.json "$dest/"
@@ -18,3 +19,4 @@ cp scripts/clis/package.json scripts/clis/package-lock.json "$dest/"
 (cd "$dest" && npm ci --no-audit --no-fund --loglevel=error)
 "$dest/node_modules/.bin/claude" --version
 "$dest/node_modules/.bin/codex" --version
+"$dest/node_modules/.bin/gemini" --version

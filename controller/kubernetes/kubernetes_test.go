@@ -596,7 +596,7 @@ spec:
 			base := podGateway + "/r/" + id + "/" + aid
 			for _, c := range all {
 				want := map[string]string{
-					"OPENAI_BASE_URL": base + "/v1", "ANTHROPIC_BASE_URL": base, "AGL_EVENTS_URL": base + "/events",
+					"OPENAI_BASE_URL": base + "/v1", "ANTHROPIC_BASE_URL": base, "GOOGLE_GEMINI_BASE_URL": base, "AGL_EVENTS_URL": base + "/events",
 					"AGL_ROLLOUT_ID": id, "AGL_ATTEMPT_ID": aid, "AGL_MODE": "train", "AGL_TASK": `{"case":"hang","app":"calc"}`,
 					"AGL_REWARD_FILE": tc.containers[c.Name], "EXTRA": "x",
 				}
@@ -606,7 +606,7 @@ spec:
 					}
 				}
 				key := envOf(c, "OPENAI_API_KEY")
-				if !strings.HasPrefix(key, store.KeyPrefix) || key != envOf(c, "ANTHROPIC_API_KEY") {
+				if !strings.HasPrefix(key, store.KeyPrefix) || key != envOf(c, "ANTHROPIC_API_KEY") || key != envOf(c, "GEMINI_API_KEY") {
 					t.Errorf("container %s: OPENAI_API_KEY %q, want the attempt's scoped key", c.Name, key)
 				}
 				seen := map[string]int{}
