@@ -32,8 +32,10 @@ type scriptEngine struct {
 
 	mu      sync.Mutex
 	replies []chat.Message
-	prompts [][]int32
-	outputs [][]int32
+	// maxContext is MaxContext (0: 1<<16).
+	maxContext int
+	prompts    [][]int32
+	outputs    [][]int32
 	// gate, when set, is received from before each Generate returns.
 	gate chan struct{}
 	// started, when set, is sent to as each Generate starts.
@@ -88,7 +90,12 @@ func (e *scriptEngine) Generate(ctx context.Context, prompt []int32, s engine.Sa
 
 func (e *scriptEngine) ModelName() string { return "agl-test" }
 func (e *scriptEngine) Version() int64    { return e.version }
-func (e *scriptEngine) MaxContext() int   { return 1 << 16 }
+func (e *scriptEngine) MaxContext() int {
+	if e.maxContext > 0 {
+		return e.maxContext
+	}
+	return 1 << 16
+}
 
 // env is a gateway on loopback over a real SQLite store.
 type env struct {

@@ -183,6 +183,7 @@ func runTrain(ctx context.Context, args []string, stdout io.Writer) error {
 		logContext(log, e)
 	}
 	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	pc.StoredCallBytes, pc.StoredAttemptBytes = c.Gateway.MaxStoredCallBytes, c.Gateway.MaxStoredAttemptBytes
 	pc.RolloutSeeds = true
 	px := proxy.New(pc, st, sv.backend)
 	for _, p := range sv.pubs {
