@@ -171,7 +171,7 @@ func (c Config) withDefaults() Config {
 
 // The default bounds of stored bytes per call and per attempt.
 const (
-	DefaultStoredCallBytes    = 8 << 20
+	DefaultStoredCallBytes    = api.DefaultMaxStoredCallBytes
 	DefaultStoredAttemptBytes = 256 << 20
 )
 
