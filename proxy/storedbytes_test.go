@@ -15,9 +15,10 @@ import (
 // TestStoredBytesBounded: a call whose stored form passes
 // StoredCallBytes (70 KiB of random metadata here, 30 MiB in the attack)
 // is refused 413 in its route's error shape and not recorded, and the
-// attempt goes on; a long conversation whose 100th call is 750 KB stores
-// normally under bounds far below its calls' sizes (they are measured on
-// the compact stored form); an attempt past StoredAttemptBytes is refused.
+// attempt goes on; a conversation of lhTurns calls whose last is about
+// 180 KB stores normally under a call bound of 32 KiB (calls are measured
+// on the compact stored form); an attempt past StoredAttemptBytes is
+// refused.
 func TestStoredBytesBounded(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	word := func(n int) string {
