@@ -224,6 +224,10 @@ func (r Reward) Rank() int {
 	return 0
 }
 
+// DefaultMaxStoredCallBytes is the default bound on what one model call
+// (or one event posted on /al) may store (gateway.max_stored_call_bytes).
+const DefaultMaxStoredCallBytes = 8 << 20
+
 // DefaultMaxAbsReward is the default bound on |reward| at the door.
 const DefaultMaxAbsReward = 1e6
 

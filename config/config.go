@@ -48,6 +48,12 @@ type Gateway struct {
 	// MaxAbsReward bounds |reward| of appended reward events on every
 	// route (default 1e6, api.DefaultMaxAbsReward).
 	MaxAbsReward float64 `yaml:"max_abs_reward"`
+	// MaxStoredCallBytes and MaxStoredAttemptBytes bound what one model
+	// call, and all calls of one attempt, may add to the store, measured
+	// on the stored (compact) form (0: defaults 8 MiB and 256 MiB;
+	// negative: none). See docs/operations/isolation.md.
+	MaxStoredCallBytes    int64 `yaml:"max_stored_call_bytes"`
+	MaxStoredAttemptBytes int64 `yaml:"max_stored_attempt_bytes"`
 	// WaitPoll is how often long-polls re-read the store when nothing
 	// woke them (default 250ms; 2s on PostgreSQL, where LISTEN/NOTIFY
 	// wakes them and the poll is only a safety net).

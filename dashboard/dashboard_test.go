@@ -539,7 +539,7 @@ func TestConversationShapes(t *testing.T) {
 		string(a1.Content)+`},{"role":"user","content":[{"type":"tool_result","tool_use_id":"`+m1.Content[len(m1.Content)-1].ID+`","content":"agl is an RL trainer"}]}],"tools":`+atools+`}`, ah)
 
 	gm := e.claim(t, store.NewRollout{ID: "gemini"}, "w")
-	e.eng.push(tc, chat.Message{Role: chat.RoleAssistant, Content: "Found it."})
+	e.eng.Push(tc, chat.Message{Role: chat.RoleAssistant, Content: "Found it."})
 	gh := map[string]string{"x-goog-api-key": gm.Key}
 	gtools := `[{"functionDeclarations":[{"name":"lookup","parametersJsonSchema":{"type":"object","properties":{"q":{"type":"string"}}}}]}]`
 	gsys := `{"parts":[{"text":"Use tools."}]}`

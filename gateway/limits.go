@@ -147,8 +147,12 @@ func (w *limitWriter) WriteHeader(code int) {
 	// A refusal (401, 403, 413, …) of a request whose body was not read
 	// closes the connection rather than waiting for that body to drain:
 	// an unauthenticated client holds nothing once it is answered.
+	// net/http would still read up to 256 KiB of a declared body after
+	// the handler (until the body's read deadline): the deadline is moved
+	// to now, so that read ends at once and the connection is closed.
 	if code >= 400 && w.body != nil && !w.body.eof {
 		w.Header().Set("Connection", "close")
+		_ = w.rc.SetReadDeadline(time.Now())
 	}
 	w.extend()
 	w.ResponseWriter.WriteHeader(code)

@@ -487,3 +487,49 @@ func TestAuthHeaderPrecedence(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedBeforeBodyClosedAtOnce: a request refused before its body is
+// read (401 unauthenticated) is answered and its
+// connection closed at once, not held until the body's read timeout,
+// whatever the declared body's size, sent or not.
+func TestRefusedBeforeBodyClosedAtOnce(t *testing.T) {
+	lim := gateway.Limits{ReadBodyTimeout: 30 * time.Second}
+	addr := serveLimited(t, gateway.Options{Store: testutil.SQLite(t), Limits: lim}, nil)
+	for _, tc := range []struct {
+		name, req string
+		want      int
+	}{
+		{"401, small body never sent", "POST /api/rollouts HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", 401},
+		{"401, large body never sent", "POST /api/rollouts HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n", 401},
+		{"401, body half sent", "POST /api/rollouts HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"a\":", 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			began := time.Now()
+			if _, err := io.WriteString(c, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.want || !strings.Contains(string(body), `"error"`) {
+				t.Fatalf("answer %d %s, want %d in the JSON error shape", resp.StatusCode, body, tc.want)
+			}
+			_, err = io.Copy(io.Discard, br)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("connection still open %s after the answer", time.Since(began).Round(time.Millisecond))
+			}
+			if d := time.Since(began); d > 2*time.Second {
+				t.Errorf("connection closed after %s, want at once", d.Round(time.Millisecond))
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
@@ -37,10 +38,10 @@ const geminiCLISettings = `{
 // (GOOGLE_GEMINI_BASE_URL, GEMINI_API_KEY); the model calls
 // run_shell_command.
 func TestGeminiCLI(t *testing.T) {
-	bin := cliBin(t, "gemini")
+	bin := filepath.Join(testutil.CLIs(t, "gemini"), "gemini")
 	e := newQwenEnv(t, proxy.Config{}, captureCalls(t, "gemini-cli"))
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(geminiReplies[:]...)
+	e.eng.Push(geminiReplies[:]...)
 	home, work := t.TempDir(), t.TempDir()
 	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func TestGeminiToolLoop(t *testing.T) {
 		t.Run(tc.form, func(t *testing.T) {
 			e := newEnv(t, proxy.Config{}, nil)
 			cl := e.claim(t, store.ModeTrain)
-			e.eng.push(
+			e.eng.Push(
 				chat.Message{Role: chat.RoleAssistant, Reasoning: "Read a first.", ToolCalls: []chat.ToolCall{{Name: "read_file", Arguments: `{"path": "a.txt"}`}}},
 				toolCall("read_file", `{"path": "b.txt"}`),
 				text("Both files say hello."),
@@ -225,7 +225,7 @@ func TestGeminiToolLoop(t *testing.T) {
 func TestGeminiCallsWithoutIDs(t *testing.T) {
 	e := newEnv(t, proxy.Config{}, nil)
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(toolCall("calc", `{"x": 1}`), text("done"))
+	e.eng.Push(toolCall("calc", `{"x": 1}`), text("done"))
 	url := base(e.srv, cl) + "/v1beta/models/m:generateContent"
 	h := map[string]string{"x-goog-api-key": cl.Key}
 	tools := `"tools":[{"functionDeclarations":[{"name":"calc","parametersJsonSchema":{"type":"object"}}]}]`
@@ -251,7 +251,7 @@ func TestGeminiCallsWithoutIDs(t *testing.T) {
 func TestGeminiAgentRoute(t *testing.T) {
 	e := newEnv(t, proxy.Config{}, nil)
 	cl := e.claim(t, store.ModeTrain)
-	e.eng.push(text("ok"))
+	e.eng.Push(text("ok"))
 	st, _, body := post(t, "POST", base(e.srv, cl)+"/agents/writer/v1beta/models/m:streamGenerateContent?alt=sse", map[string]string{"x-goog-api-key": cl.Key},
 		`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`)
 	if st != 200 || !strings.HasPrefix(body, "data: {") {

@@ -27,8 +27,9 @@ type AttemptLimits struct {
 
 // usage counts the calls admitted and tokens generated per attempt.
 type usage struct {
-	mu sync.Mutex
-	m  map[Target]*attemptUsage
+	mu     sync.Mutex
+	m      map[Target]*attemptUsage
+	stored map[Target]int64 // bytes recorded per attempt
 }
 
 type attemptUsage struct{ calls, tokens int }
@@ -80,5 +81,34 @@ func (u *usage) generated(l AttemptLimits, t Target, n int) {
 func (u *usage) forget(t Target) {
 	u.mu.Lock()
 	delete(u.m, t.attempt())
+	delete(u.stored, t.attempt())
 	u.mu.Unlock()
+}
+
+// store counts n more stored bytes of t's attempt, or refuses the call
+// with a 413 when it would pass Config.StoredCallBytes or
+// StoredAttemptBytes.
+func (u *usage) store(c Config, t Target, n int64) *apiError {
+	if c.StoredCallBytes > 0 && n > c.StoredCallBytes {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "call_too_large",
+			Message: fmt.Sprintf("this call would store %d bytes, more than the %d a call may (gateway.max_stored_call_bytes): not recorded; send less (unknown request fields are stored verbatim)", n, c.StoredCallBytes)}
+	}
+	if c.StoredAttemptBytes <= 0 {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.stored == nil {
+		u.stored = map[Target]int64{}
+	}
+	k := t.attempt()
+	if had := u.stored[k]; had+n > c.StoredAttemptBytes {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "attempt_too_large",
+			Message: fmt.Sprintf("this call would store %d bytes, and this rollout attempt has stored %d of the %d it may (gateway.max_stored_attempt_bytes): not recorded", n, had, c.StoredAttemptBytes)}
+	}
+	if len(u.stored) >= 1<<16 {
+		clear(u.stored)
+	}
+	u.stored[k] += n
+	return nil
 }

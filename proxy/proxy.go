@@ -124,6 +124,16 @@ type Config struct {
 	Agents map[string]string `json:"agents,omitempty" yaml:"agents,omitempty"`
 	// AttemptLimits caps the calls and generated tokens of one attempt.
 	AttemptLimits AttemptLimits `json:"attempt_limits,omitempty" yaml:"attempt_limits,omitempty"`
+	// StoredCallBytes and StoredAttemptBytes bound what a call, and all
+	// calls of one attempt, may add to the store, measured on the stored
+	// form (store/codec.go: against the attempt's previous call of the
+	// same agent, so a long conversation's calls store only what is new).
+	// A call over either bound is refused 413 in its route's error shape
+	// and not recorded; the attempt goes on. Set from the gateway
+	// section's max_stored_call_bytes / max_stored_attempt_bytes (defaults
+	// DefaultStoredCallBytes, DefaultStoredAttemptBytes; negative: none).
+	StoredCallBytes    int64 `json:"-" yaml:"-"`
+	StoredAttemptBytes int64 `json:"-" yaml:"-"`
 	// RolloutSeeds (set by agl train) seeds each call that names no seed
 	// of its own from its rollout's metadata seed (see callSeed).
 	RolloutSeeds bool `json:"-" yaml:"-"`
@@ -160,8 +170,20 @@ func (c Config) withDefaults() Config {
 	if c.StreamKeepAlive == 0 {
 		c.StreamKeepAlive = 15 * time.Second
 	}
+	if c.StoredCallBytes == 0 {
+		c.StoredCallBytes = DefaultStoredCallBytes
+	}
+	if c.StoredAttemptBytes == 0 {
+		c.StoredAttemptBytes = DefaultStoredAttemptBytes
+	}
 	return c
 }
+
+// The default bounds of stored bytes per call and per attempt.
+const (
+	DefaultStoredCallBytes    = api.DefaultMaxStoredCallBytes
+	DefaultStoredAttemptBytes = 256 << 20
+)
 
 // Proxy serves the rollout-scoped LLM routes. It is an http.Handler.
 type Proxy struct {
@@ -183,7 +205,10 @@ type Proxy struct {
 	authMu sync.RWMutex
 	auth   map[Target]authEntry
 
-	usage usage // per-attempt calls and tokens (AttemptLimits)
+	usage usage // per-attempt calls and tokens (AttemptLimits), stored bytes
+	// sizes holds the latest recorded call of each attempt and agent, to
+	// measure a call's stored form (StoredCallBytes) before recording it.
+	sizes *store.Bases
 	seeds seeds // per-attempt sampling seeds (RolloutSeeds)
 }
 
@@ -192,7 +217,8 @@ type Proxy struct {
 // StateSource of its own continues token state from st's records of calls
 // it did not serve (RecentCalls).
 func New(cfg Config, st store.Store, b Backend) *Proxy {
-	p := &Proxy{cfg: cfg.withDefaults(), st: st, backend: b, idPrefix: randSuffix(), modes: map[string]store.Mode{}, auth: map[Target]authEntry{}}
+	p := &Proxy{cfg: cfg.withDefaults(), st: st, backend: b, idPrefix: randSuffix(), modes: map[string]store.Mode{}, auth: map[Target]authEntry{},
+		sizes: store.NewBases(sizesBytes)}
 	if sb, ok := b.(stateSourced); ok {
 		sb.useStateSource(p)
 	}
@@ -903,6 +929,12 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 	// the engine spent.
 	ctx = context.WithoutCancel(ctx)
 	evs := []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data, DataValid: true, Layout: lay}}
+	// The one place a call is refused for what it would store.
+	b := p.sizes.Batch()
+	enc := b.Encode(c.target.RolloutID, c.target.AttemptID, evs[0])
+	if aerr := p.usage.store(p.cfg, c.target, int64(len(enc.Data))); aerr != nil {
+		return aerr
+	}
 	var err error
 	if r, ok := p.st.(store.EventRecorder); ok {
 		err = r.RecordEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)
@@ -915,8 +947,14 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 		}
 		return &apiError{Status: http.StatusInternalServerError, Message: "record call: " + err.Error()}
 	}
+	b.Stored(c.target.RolloutID, c.target.AttemptID, enc, int64(p.seq.Add(1)))
+	b.Commit()
 	return nil
 }
+
+// sizesBytes bounds Proxy.sizes: a base not held (evicted, or after a
+// restart) measures the call whole, a stricter bound.
+const sizesBytes = 256 << 20
 
 // TokenCounter is implemented by backends that can count the prompt tokens
 // of a conversation (TokenBackend does); it serves Anthropic's

@@ -130,11 +130,32 @@ func (c *Bases) Forget(rid, aid string) {
 // committed (Commit).
 type EncodeBatch struct {
 	c       *Bases
+	src     BaseSource
 	pending map[baseKey]*CallBase
 }
 
-// Batch starts the encoding of one write transaction.
-func (c *Bases) Batch() *EncodeBatch { return &EncodeBatch{c: c} }
+// BaseSource reads a backend's stored events for a base that is not
+// cached (after a restart, or evicted), so that a call is stored against
+// the same base whatever the cache holds.
+type BaseSource interface {
+	// RecentCalls returns the stored forms of an attempt's latest
+	// committed model_request events, newest first, at most n.
+	RecentCalls(rid, aid string, n int) ([]Event, error)
+	// EventData returns the stored data of event seq.
+	EventData(seq int64) ([]byte, error)
+}
+
+// recentCalls bounds the events read to find an attempt's latest call of
+// one agent when it is not cached.
+const recentCalls = 16
+
+// Batch starts the encoding of one write transaction with no BaseSource:
+// a call whose base is not cached is stored whole.
+func (c *Bases) Batch() *EncodeBatch { return c.BatchFrom(nil) }
+
+// BatchFrom starts the encoding of one write transaction; a base not
+// cached is read from src.
+func (c *Bases) BatchFrom(src BaseSource) *EncodeBatch { return &EncodeBatch{c: c, src: src} }
 
 // Encoding is one event's stored form, with what Stored needs.
 type Encoding struct {
@@ -170,8 +191,48 @@ func (b *EncodeBatch) Encode(rid, aid string, e NewEvent) Encoding {
 	if base == nil {
 		base = b.c.latest(k)
 	}
+	if base == nil && b.src != nil {
+		base = b.c.load(k, b.src)
+	}
 	stored, self := encodeScanned(data, holes, base)
 	return Encoding{Data: stored, self: self, agent: k.agent}
+}
+
+// load finds the latest committed call of k in src and caches it (with
+// the latest of the other agents it reads); nil when there is none or it
+// cannot be read (the call is then stored whole, which is still exact).
+func (c *Bases) load(k baseKey, src BaseSource) *CallBase {
+	evs, err := src.RecentCalls(k.rid, k.aid, recentCalls)
+	if err != nil {
+		return nil
+	}
+	var found *CallBase
+	seen := map[string]bool{}
+	for _, e := range evs {
+		var base *CallBase
+		if bs := BaseSeq(e.Data); bs != 0 {
+			if base, err = c.resolve(bs, src.EventData); err != nil {
+				return found
+			}
+		}
+		data, self, err := decodeEvent(e.Data, base, true)
+		if err != nil || self == nil {
+			continue
+		}
+		_, ag, ok := topFields(data)
+		if !ok || seen[string(ag)] {
+			continue
+		}
+		seen[string(ag)] = true
+		self.Seq = e.Seq
+		kk := baseKey{k.rid, k.aid, string(ag)}
+		c.put(&kk, self)
+		if kk == k {
+			found = self
+			break
+		}
+	}
+	return found
 }
 
 // Stored records that enc was stored as event seq of attempt (rid, aid),

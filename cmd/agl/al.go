@@ -22,7 +22,7 @@ func mountAL(ctx context.Context, c config.Config, srv *gateway.Server, st, raw 
 	if !ac.Enabled() {
 		return nil
 	}
-	opt := al.Options{Config: ac, Store: st, IsAdmin: srv.IsAdmin, MaxAbsReward: c.Gateway.MaxAbsReward, Notify: srv.Notify, ModelsChanged: changed, Logger: log}
+	opt := al.Options{Config: ac, Store: st, IsAdmin: srv.IsAdmin, MaxAbsReward: c.Gateway.MaxAbsReward, MaxEventBytes: c.Gateway.MaxStoredCallBytes, Notify: srv.Notify, ModelsChanged: changed, Logger: log}
 	opt.Late, _ = st.(store.LateWriter)
 	opt.Shared, _ = raw.(store.Shared)
 	opt.WaitPoll = c.Gateway.WaitPoll

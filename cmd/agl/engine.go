@@ -89,6 +89,7 @@ func openLLM(ctx context.Context, c config.Config, st store.Store, log *slog.Log
 		return nil, err
 	}
 	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	pc.StoredCallBytes, pc.StoredAttemptBytes = c.Gateway.MaxStoredCallBytes, c.Gateway.MaxStoredAttemptBytes
 	if err := pc.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

@@ -372,6 +372,7 @@ func openPolicies(ctx context.Context, c config.Config, base string, warmStart b
 		}
 	}
 	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	pc.StoredCallBytes, pc.StoredAttemptBytes = c.Gateway.MaxStoredCallBytes, c.Gateway.MaxStoredAttemptBytes
 	if err := pc.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

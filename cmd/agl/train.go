@@ -182,6 +182,7 @@ func runTrain(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Wr
 		logContext(log, e)
 	}
 	pc.MaxAbsReward = c.Gateway.MaxAbsReward
+	pc.StoredCallBytes, pc.StoredAttemptBytes = c.Gateway.MaxStoredCallBytes, c.Gateway.MaxStoredAttemptBytes
 	pc.RolloutSeeds = true
 	px := proxy.New(pc, st, sv.backend)
 	for _, p := range sv.pubs {

@@ -134,6 +134,11 @@ type Options struct {
 	DefaultModel string
 	// MaxAbsReward bounds |reward| of posted reward events.
 	MaxAbsReward float64
+	// MaxEventBytes bounds a posted event's data as JSON (the gateway's
+	// max_stored_call_bytes; 0: api.DefaultMaxStoredCallBytes, negative:
+	// none). Stricter than the proxy routes' bound, which measures the
+	// compact stored form: an /al event is measured before encoding.
+	MaxEventBytes int64
 	// Notify is called after a change that may end a rollout (the
 	// gateway's long-poll wake-up).
 	Notify func()

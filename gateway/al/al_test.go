@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/gateway"
 	"github.com/aglrl/agl/gateway/al"
@@ -471,5 +472,26 @@ func TestModels(t *testing.T) {
 		if ms[0].Version != s.versions || strings.Join(ms[0].Endpoints, " ") != s.eps {
 			t.Fatalf("step %d: latest %+v, want version %d endpoints %q", i, ms[0], s.versions, s.eps)
 		}
+	}
+}
+
+// TestPostedEventBytesBounded: an event posted on /al whose data is over
+// the stored-bytes bound (default 8 MiB, measured as JSON) is refused 413
+// in /al's {"detail": …} shape and not recorded; the attempt goes on.
+func TestPostedEventBytesBounded(t *testing.T) {
+	e := newEnv(t, al.Config{}, false)
+	e.started(t, "r")
+	big := `{"event_type":"log","data":{"junk":"` + strings.Repeat("x", api.DefaultMaxStoredCallBytes) + `"}}`
+	r := e.admin(t, "POST", "/al/api/rollouts/r/attempt/0/events", big)
+	if r.status != http.StatusRequestEntityTooLarge || !strings.Contains(r.body, `"detail"`) || !strings.Contains(r.body, "max_stored_call_bytes") {
+		t.Fatalf("event over the bound: %d %.300s", r.status, r.body)
+	}
+	if r := e.admin(t, "POST", "/al/api/rollouts/r/attempt/0/events", `{"event_type":"log","data":{"junk":"`+strings.Repeat("x", 1<<20)+`"}}`); r.status != 200 {
+		t.Fatalf("event under the bound after the refusal: %d %.300s", r.status, r.body)
+	}
+	var evs []map[string]any
+	e.admin(t, "GET", "/al/api/rollouts/r/events?event_type=log", "").json(t, &evs)
+	if len(evs) != 1 {
+		t.Fatalf("%d log events stored, want 1 (the refused one not stored)", len(evs))
 	}
 }

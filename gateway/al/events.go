@@ -359,6 +359,9 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if max := h.maxEventBytes(); max > 0 && int64(len(raw)) > max {
+		return detailf(http.StatusRequestEntityTooLarge, "body: data is %d bytes as JSON, more than the %d an event may store (gateway.max_stored_call_bytes): not recorded", len(raw), max)
+	}
 	admin := h.opt.IsAdmin == nil || h.opt.IsAdmin(r)
 	evs := []store.NewEvent{{Type: *body.EventType, Data: raw}}
 	if fe := api.CheckEvents(evs, !admin, h.opt.MaxAbsReward); fe != nil {
@@ -385,6 +388,14 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	ev.AttemptID = aid
 	writeJSON(w, http.StatusOK, ev)
 	return nil
+}
+
+// maxEventBytes is Options.MaxEventBytes with its default.
+func (h *Handler) maxEventBytes() int64 {
+	if h.opt.MaxEventBytes == 0 {
+		return api.DefaultMaxStoredCallBytes
+	}
+	return h.opt.MaxEventBytes
 }
 
 func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }

@@ -26,6 +26,8 @@ type ScriptEngine struct {
 	Gate chan struct{}
 	// Started, when set, is sent to as each Generate starts.
 	Started chan struct{}
+	// Context is what MaxContext reports (0: 1<<16).
+	Context int
 
 	mu      sync.Mutex
 	replies []chat.Message
@@ -133,6 +135,11 @@ func (e *ScriptEngine) ModelName() string { return "agl-test" }
 func (e *ScriptEngine) Version() int64 { return e.ModelVersion }
 
 // MaxContext implements [engine.TokenEngine].
-func (e *ScriptEngine) MaxContext() int { return 1 << 16 }
+func (e *ScriptEngine) MaxContext() int {
+	if e.Context > 0 {
+		return e.Context
+	}
+	return 1 << 16
+}
 
 var _ engine.TokenEngine = (*ScriptEngine)(nil)

@@ -46,7 +46,7 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 	}
 	// Encode here, on the caller's goroutine, not in the shared commit:
 	// against the latest committed call of the attempt and agent.
-	enc := s.bases.Batch()
+	enc := s.bases.BatchFrom(baseSource{ctx, s})
 	encs := make([]store.Encoding, len(evs))
 	stored := slices.Clone(evs)
 	for i := range stored {
@@ -63,6 +63,39 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, e
 	}
 	enc.Commit() // committed: bases of later calls
 	return out, nil
+}
+
+// baseSource reads the bases of calls not cached (store.BaseSource) from
+// committed events.
+type baseSource struct {
+	ctx context.Context
+	s   *Store
+}
+
+func (b baseSource) RecentCalls(rid, aid string, n int) ([]store.Event, error) {
+	rows, err := b.s.pool.Query(b.ctx, "SELECT seq, data FROM events WHERE rollout_id = $1 AND attempt_id = $2 AND type = $3 ORDER BY seq DESC LIMIT $4",
+		rid, aid, store.EventModelRequest, n)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: recent calls: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Event
+	for rows.Next() {
+		var e store.Event
+		var d []byte
+		if err := rows.Scan(&e.Seq, &d); err != nil {
+			return nil, fmt.Errorf("postgres: recent calls: %w", err)
+		}
+		e.Data = d
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (b baseSource) EventData(seq int64) ([]byte, error) {
+	var d []byte
+	err := b.s.pool.QueryRow(b.ctx, "SELECT data FROM events WHERE seq = $1", seq).Scan(&d)
+	return d, err
 }
 
 // commitEvents is the store.CommitFunc of s.events: one round trip, one

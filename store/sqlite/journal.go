@@ -61,9 +61,10 @@ type journal struct {
 	written  int64 // end of the file
 	applied  int64 // offset through which SQLite holds the events
 	pending  []jentry
-	advanced chan struct{} // closed and replaced when applied or err changes
-	err      error         // the last apply's error while entries are pending
-	broken   error         // the file can no longer be written: record through AppendEvents
+	calls    map[[2]string]int64 // attempt → end of its last journaled model_request not known applied
+	advanced chan struct{}       // closed and replaced when applied or err changes
+	err      error               // the last apply's error while entries are pending
+	broken   error               // the file can no longer be written: record through AppendEvents
 	closed   bool
 
 	wake   chan struct{}
@@ -160,7 +161,7 @@ func openJournal(ctx context.Context, s *Store, path string, rec *Recovery) (*jo
 			rec.Events += len(e.evs)
 		}
 	}
-	j := &journal{s: s, path: path, advanced: make(chan struct{}), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
+	j := &journal{s: s, path: path, calls: map[[2]string]int64{}, advanced: make(chan struct{}), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), running: map[[2]string]string{}}
 	if err := j.reset(ctx, max(plan.gen, dbGen)+1, false); err != nil {
 		return nil, err
@@ -550,12 +551,19 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 		return err
 	}
 	// The journal holds each event in its stored form: a call is
-	// encoded against the latest committed call of its attempt and
-	// agent, so it writes what is new, not the whole history.
+	// encoded against the latest call of its attempt and agent, so it
+	// writes what is new, not the whole history. That call is committed
+	// first (waitCalls), so the base does not depend on how far the
+	// applier got: the same calls are stored as the same bytes.
 	var encs []store.Encoding
+	if !j.s.plain && hasCall(evs) {
+		if err := j.waitCalls(ctx, rid, aid); err != nil {
+			return err
+		}
+	}
 	if !j.s.plain {
 		encs = make([]store.Encoding, len(evs))
-		b := j.s.bases.Batch()
+		b := j.s.bases.BatchFrom(baseSource{ctx, j.s.r})
 		evs = slices.Clone(evs)
 		for i := range evs {
 			encs[i] = b.Encode(rid, aid, evs[i])
@@ -601,6 +609,9 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 	}
 	j.written += int64(len(rec))
 	j.pending = append(j.pending, jentry{rid: rid, aid: aid, evs: evs, encs: encs, end: j.written})
+	if hasCall(evs) {
+		j.calls[[2]string{rid, aid}] = j.written
+	}
 	poke(j.wake)
 	if len(j.pending) >= applyNow {
 		poke(j.urgent)
@@ -609,6 +620,43 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 }
 
 var errJournalOff = errors.New("event journal off")
+
+func hasCall(evs []store.NewEvent) bool {
+	return slices.ContainsFunc(evs, func(e store.NewEvent) bool { return e.Type == store.EventModelRequest })
+}
+
+// waitCalls waits until the attempt's journaled model_request events are
+// in SQLite (at once when there are none: the usual case, as the applier
+// lingers applyLinger and a model's next call comes after its answer).
+func (j *journal) waitCalls(ctx context.Context, rid, aid string) error {
+	k := [2]string{rid, aid}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		end, ok := j.calls[k]
+		if !ok || j.applied >= end {
+			delete(j.calls, k)
+			return nil
+		}
+		switch {
+		case j.closed:
+			return store.ErrStoreClosing
+		case j.err != nil:
+			return fmt.Errorf("sqlite store: event journal: applying failed: %w", j.err)
+		}
+		ch := j.advanced
+		poke(j.wake)
+		poke(j.urgent)
+		j.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			j.mu.Lock()
+			return fmt.Errorf("sqlite store: wait for the attempt's last call: %w", ctx.Err())
+		}
+		j.mu.Lock()
+	}
+}
 
 // holdApply, when set (by tests, before Open), holds the applier until it
 // is closed: journaled events then wait in the journal only.
@@ -762,6 +810,11 @@ func (j *journal) applyLoop() {
 			backoff = time.Millisecond
 			j.pending = append(j.pending[:0], j.pending[n:]...)
 			j.applied, j.err = batch[n-1].end, nil
+			for k, end := range j.calls {
+				if end <= j.applied {
+					delete(j.calls, k)
+				}
+			}
 			j.notify()
 			j.mu.Unlock()
 		}
@@ -815,7 +868,7 @@ func (j *journal) close() error {
 func (s *Store) applyJournal(ctx context.Context, entries []jentry, gen uint64, end int64) error {
 	var enc *store.EncodeBatch
 	err := s.tx(ctx, func(tx wtx) error {
-		enc = s.bases.Batch()
+		enc = s.bases.BatchFrom(baseSource{ctx, s.r})
 		ins, err := tx.stmt(ctx, `INSERT INTO events (rollout_id, attempt_id, type, time, data) VALUES (?,?,?,?,?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)

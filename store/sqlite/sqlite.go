@@ -1113,7 +1113,7 @@ func (s *Store) RecordEvents(ctx context.Context, rolloutID, attemptID string, i
 func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 	var enc *store.EncodeBatch
 	err := s.tx(ctx, func(tx wtx) error {
-		enc = s.bases.Batch()
+		enc = s.bases.BatchFrom(baseSource{ctx, s.r})
 		check, err := tx.stmt(ctx, `SELECT status FROM attempts WHERE id = ? AND rollout_id = ?`)
 		if err != nil {
 			return fmt.Errorf("sqlite store: prepare: %w", err)
@@ -1195,6 +1195,39 @@ func (s *Store) insertEncoded(ctx context.Context, ins *sql.Stmt, enc *store.Enc
 	return seq, nil
 }
 
+// baseSource reads the bases of calls not cached (store.BaseSource) from
+// committed events.
+type baseSource struct {
+	ctx context.Context
+	db  *sql.DB
+}
+
+func (b baseSource) RecentCalls(rid, aid string, n int) ([]store.Event, error) {
+	rows, err := b.db.QueryContext(b.ctx, `SELECT seq, data FROM events WHERE rollout_id = ? AND attempt_id = ? AND type = ? ORDER BY seq DESC LIMIT ?`,
+		rid, aid, store.EventModelRequest, n)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: recent calls: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Event
+	for rows.Next() {
+		var e store.Event
+		var d []byte
+		if err := rows.Scan(&e.Seq, &d); err != nil {
+			return nil, fmt.Errorf("sqlite store: recent calls: %w", err)
+		}
+		e.Data = d
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (b baseSource) EventData(seq int64) ([]byte, error) {
+	var d []byte
+	err := b.db.QueryRowContext(b.ctx, `SELECT data FROM events WHERE seq = ?`, seq).Scan(&d)
+	return d, err
+}
+
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
 	if s.journal != nil {
@@ -1245,11 +1278,7 @@ func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Ev
 	if f.Desc {
 		slices.Reverse(out) // bases decode oldest first
 	}
-	err = s.bases.DecodeEvents(out, func(seq int64) ([]byte, error) {
-		var d []byte
-		err := s.r.QueryRowContext(ctx, `SELECT data FROM events WHERE seq = ?`, seq).Scan(&d)
-		return d, err
-	})
+	err = s.bases.DecodeEvents(out, baseSource{ctx, s.r}.EventData)
 	if f.Desc {
 		slices.Reverse(out)
 	}
