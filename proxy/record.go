@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/store"
+)
+
+// The default bounds of stored bytes per call and per attempt.
+const (
+	DefaultStoredCallBytes    = api.DefaultMaxStoredCallBytes
+	DefaultStoredAttemptBytes = 256 << 20
+)
+
+// eventData encodes the model_request event of c (an api.ModelCall) and
+// sets lay to its layout.
+func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
+	res := c.res
+	var samp engine.Sampling
+	switch {
+	case res.Sampling != nil:
+		samp = *res.Sampling
+	case c.chat != nil:
+		samp = c.chat.Sampling
+	default:
+		samp = c.complete.Sampling
+	}
+	mc := api.ModelCall{
+		CallID: c.id, API: c.shape.name, Model: res.Model, ModelVersion: res.ModelVersion, Agent: c.target.Agent,
+		PromptIDs: res.PromptIDs, ResponseIDs: res.ResponseIDs, ResponseLogprobs: res.Logprobs,
+		NoTokenIDs: res.NoTokenIDs, FinishReason: res.FinishReason,
+		Continued: res.Continued, RenderReason: res.RenderReason, UpstreamRendered: res.UpstreamRendered,
+		Request: c.body, Response: resp,
+		Usage:     api.Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens},
+		LatencyMS: float64(time.Since(c.start).Microseconds()) / 1000,
+		Retries:   res.Retries, Stream: c.stream || c.arrayStream,
+	}
+	if mc.FinishReason == engine.FinishStop && len(res.Message.ToolCalls) > 0 {
+		// As the response says it (tool_calls, tool_use, function calls).
+		mc.FinishReason = api.FinishToolCalls
+	}
+	mc.Ignored = c.ignored
+	if c.chat != nil && res.Sampling != nil && c.chat.Sampling.MaxTokens > res.Sampling.MaxTokens {
+		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(c.chat.Sampling.MaxTokens)+" clamped to "+strconv.Itoa(res.Sampling.MaxTokens)+", the room left in the context)")
+	}
+	mc.Sampling = appendSampling(make([]byte, 0, 96), &samp)
+	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+len(res.PromptIDsJSON)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc, res.PromptIDsJSON, lay)
+}
+
+// record appends the model_request event for c.
+func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
+	lay := new(store.CallLayout)
+	data := c.eventData(resp, lay)
+	// The event must land even if the client went away: it records tokens
+	// the engine spent.
+	ctx = context.WithoutCancel(ctx)
+	evs := []store.NewEvent{{Type: store.EventModelRequest, Time: time.Now(), Data: data, DataValid: true, Layout: lay}}
+	// The one place a call is refused for what it would store.
+	b := p.sizes.Batch()
+	enc := b.Encode(c.target.RolloutID, c.target.AttemptID, evs[0])
+	if aerr := p.usage.store(p.cfg, c.target, int64(len(enc.Data))); aerr != nil {
+		return aerr
+	}
+	var err error
+	if r, ok := p.st.(store.EventRecorder); ok {
+		err = r.RecordEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)
+	} else {
+		_, err = p.st.AppendEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return &apiError{Status: http.StatusConflict, Message: "record call: " + err.Error(), Code: "attempt_not_running"}
+		}
+		return &apiError{Status: http.StatusInternalServerError, Message: "record call: " + err.Error()}
+	}
+	b.Stored(c.target.RolloutID, c.target.AttemptID, enc, int64(p.seq.Add(1)))
+	b.Commit()
+	return nil
+}
+
+// sizesBytes bounds Proxy.sizes: a base not held (evicted, or after a
+// restart) measures the call whole, a stricter bound.
+const sizesBytes = 256 << 20
