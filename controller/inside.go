@@ -104,16 +104,19 @@ func (c *runner) insideCommand(a *attempt) (*exec.Cmd, error) {
 	spec := r.spec
 	spec.Env = env
 	spec.Socket = sock
-	spec.Journal = "" // the harness is not one of the model's commands
+	// The harness is not one of the model's commands: its own journal.
+	r.harnessJournal = filepath.Join(a.dir, "harness-sandbox.journal")
+	spec.Journal = r.harnessJournal
 	spec.ReadOnly = append(append([]string(nil), spec.ReadOnly...), c.cfg.Agl)
 	if c.cfg.Dir != "" {
 		spec.ReadOnly = append(spec.ReadOnly, c.cfg.Dir)
 	}
 	// The harness's time limit is the attempt's (the controller enforces
-	// it); its output goes whole to the attempt's logs, as outside.
+	// it); its stdout and stderr reach the attempt's log files up to
+	// sandbox.harness_output_bytes each, the rest is drained and counted.
 	spec.Limits.Timeout = 30 * 24 * time.Hour
 	spec.Limits.CPUSeconds = 1 << 30
-	spec.Limits.OutputBytes = 1 << 62
+	spec.Limits.OutputBytes = c.cfg.Sandbox.HarnessOutputBytes
 	specPath := filepath.Join(a.dir, "harness-sandbox.json")
 	if err := spec.Save(specPath); err != nil {
 		return nil, err

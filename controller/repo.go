@@ -127,6 +127,11 @@ type SandboxConfig struct {
 	KeepWorkspaces string `yaml:"keep_workspaces"`
 	// Bwrap is the bubblewrap executable (default: bwrap in PATH).
 	Bwrap string `yaml:"bwrap"`
+	// HarnessOutputBytes bounds, with HarnessInside, how much of the
+	// harness's stdout and of its stderr, each, reaches the host (the
+	// attempt's log files); the rest is read and dropped, and counted in
+	// the sandbox event (default 64 MiB).
+	HarnessOutputBytes int64 `yaml:"harness_output_bytes"`
 }
 
 // TestsConfig configures the test-based reward of repository tasks.
@@ -167,6 +172,9 @@ type repoAttempt struct {
 	spec     sandbox.Spec
 	exec     string       // AGL_SANDBOX_EXEC
 	door     *gatewayDoor // harness inside: its way to the gateway
+	// harnessJournal is where `agl sandbox exec` records how the inside
+	// harness ended (its output's size among it).
+	harnessJournal string
 	// top holds the workspace's top-level names as prepared (hidden
 	// ones included).
 	top map[string]bool
@@ -351,6 +359,11 @@ type sandboxData struct {
 	DiskLimit bool `json:"disk_limit"`
 	// Harness is the shape: outside or inside.
 	Harness string `json:"harness"`
+	// HarnessOutputBytes is what the inside harness wrote to stdout and
+	// stderr; HarnessOutputCut, how much of it was dropped at
+	// sandbox.harness_output_bytes instead of reaching the host.
+	HarnessOutputBytes int64 `json:"harness_output_bytes,omitempty"`
+	HarnessOutputCut   int64 `json:"harness_output_cut_bytes,omitempty"`
 }
 
 // recordSandbox appends the sandbox event from the attempt's journal.
@@ -373,6 +386,16 @@ func (c *runner) recordSandbox(ctx context.Context, a *attempt) {
 				d.Blocked = map[string]int{}
 			}
 			d.Blocked[b]++
+		}
+	}
+	if a.repo.harnessJournal != "" {
+		hs, err := sandbox.ReadJournal(a.repo.harnessJournal)
+		if err != nil {
+			a.log.Warn("controller: read the harness's sandbox journal", "err", err)
+		}
+		for _, h := range hs {
+			d.HarnessOutputBytes += h.StdoutBytes + h.StderrBytes
+			d.HarnessOutputCut += h.CutBytes
 		}
 	}
 	b, _ := json.Marshal(d)
@@ -608,6 +631,9 @@ func (c Config) repoDefaults() (Config, error) {
 		}
 	}
 	c.Sandbox.Limits = c.Sandbox.Limits.WithDefaults()
+	if c.Sandbox.HarnessOutputBytes <= 0 {
+		c.Sandbox.HarnessOutputBytes = 64 << 20
+	}
 	if c.Tests.Timeout <= 0 {
 		c.Tests.Timeout = 300 * time.Second
 	}
