@@ -272,6 +272,9 @@ type runner struct {
 	// names a repository's workspace may not add at its top level, see
 	// repo.go), computed once.
 	python func() pythonNames
+	// door carries every gateway door's requests to the gateway, with
+	// at most sandbox.door_upstream_conns connections.
+	door *http.Transport
 }
 
 // errLost is the cancel cause of an attempt that ended elsewhere.

@@ -132,6 +132,16 @@ type SandboxConfig struct {
 	// attempt's log files); the rest is read and dropped, and counted in
 	// the sandbox event (default 64 MiB).
 	HarnessOutputBytes int64 `yaml:"harness_output_bytes"`
+	// DoorConns and DoorRequests bound, with HarnessInside, one attempt's
+	// open connections to its gateway door (default 64) and its requests
+	// in flight through it (default 16); more are refused at once (the
+	// connection closed; 429). DoorUpstreamConns bounds the connections
+	// all doors of the controller hold to the gateway (default 256), so
+	// that sandboxes never fill the gateway's per-IP connection cap
+	// (gateway.max_conns_per_ip) the controller's own requests share.
+	DoorConns         int `yaml:"door_conns"`
+	DoorRequests      int `yaml:"door_requests"`
+	DoorUpstreamConns int `yaml:"door_upstream_conns"`
 }
 
 // TestsConfig configures the test-based reward of repository tasks.
@@ -175,6 +185,8 @@ type repoAttempt struct {
 	// harnessJournal is where `agl sandbox exec` records how the inside
 	// harness ended (its output's size among it).
 	harnessJournal string
+	// doorRefused counts what the door refused over its caps.
+	doorRefused doorCounts
 	// top holds the workspace's top-level names as prepared (hidden
 	// ones included).
 	top map[string]bool
@@ -364,6 +376,10 @@ type sandboxData struct {
 	// sandbox.harness_output_bytes instead of reaching the host.
 	HarnessOutputBytes int64 `json:"harness_output_bytes,omitempty"`
 	HarnessOutputCut   int64 `json:"harness_output_cut_bytes,omitempty"`
+	// DoorRefusedConns, DoorRefusedRequests count what the gateway door
+	// refused over sandbox.door_conns and sandbox.door_requests.
+	DoorRefusedConns    int64 `json:"door_refused_conns,omitempty"`
+	DoorRefusedRequests int64 `json:"door_refused_requests,omitempty"`
 }
 
 // recordSandbox appends the sandbox event from the attempt's journal.
@@ -388,6 +404,7 @@ func (c *runner) recordSandbox(ctx context.Context, a *attempt) {
 			d.Blocked[b]++
 		}
 	}
+	d.DoorRefusedConns, d.DoorRefusedRequests = a.repo.doorRefused.conns.Load(), a.repo.doorRefused.requests.Load()
 	if a.repo.harnessJournal != "" {
 		hs, err := sandbox.ReadJournal(a.repo.harnessJournal)
 		if err != nil {
@@ -633,6 +650,15 @@ func (c Config) repoDefaults() (Config, error) {
 	c.Sandbox.Limits = c.Sandbox.Limits.WithDefaults()
 	if c.Sandbox.HarnessOutputBytes <= 0 {
 		c.Sandbox.HarnessOutputBytes = 64 << 20
+	}
+	if c.Sandbox.DoorConns <= 0 {
+		c.Sandbox.DoorConns = 64
+	}
+	if c.Sandbox.DoorRequests <= 0 {
+		c.Sandbox.DoorRequests = 16
+	}
+	if c.Sandbox.DoorUpstreamConns <= 0 {
+		c.Sandbox.DoorUpstreamConns = 256
 	}
 	if c.Tests.Timeout <= 0 {
 		c.Tests.Timeout = 300 * time.Second

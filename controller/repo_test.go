@@ -223,6 +223,9 @@ type sandboxEvent struct {
 	// HarnessOutputBytes, HarnessOutputCut: the inside harness's output.
 	HarnessOutputBytes int64 `json:"harness_output_bytes"`
 	HarnessOutputCut   int64 `json:"harness_output_cut_bytes"`
+	// DoorRefusedConns, DoorRefusedRequests: what the gateway door refused.
+	DoorRefusedConns    int64 `json:"door_refused_conns"`
+	DoorRefusedRequests int64 `json:"door_refused_requests"`
 }
 
 // shadowed checks that the tests event lists exactly names as left out

@@ -46,3 +46,7 @@ if task.get("flood_stdout"):
     sys.stdout.buffer.write(b"END\n")
     sys.stdout.flush()
     time.sleep(1)
+# sleep_s: stay that long before exiting (the door stays open meanwhile).
+if task.get("sleep_s"):
+    import time
+    time.sleep(task["sleep_s"])
