@@ -250,6 +250,7 @@ func Run(ctx context.Context, cfg Config) error {
 		c.log.Warn("controller: cannot become the child subreaper: processes a harness detaches (setsid) may outlive its attempt", "err", err)
 	}
 	c.log.Info("controller: repository tasks' sandboxes bound memory and processes with", "cgroups", sandbox.CgroupBackend())
+	defer c.door.CloseIdleConnections()
 	return c.claimLoop(ctx, c.runAttempt)
 }
 
