@@ -89,13 +89,11 @@ func doorError(w http.ResponseWriter, status int, code, msg string) {
 	fmt.Fprintf(w, `{"error":{"code":%s,"message":%s}}`, strconv.Quote(code), strconv.Quote(msg))
 }
 
-// doorFull is the whole answer to a connection over sandbox.door_conns.
-const doorFull = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 156\r\n\r\n" + doorFullBody
-
-const doorFullBody = `{"error":{"code":"too_many_connections","message":"the sandbox has its most connections open to the gateway (controller.sandbox.door_conns); retry later"}}` + "\n"
+// doorFull is the answer's body to a connection over sandbox.door_conns.
+const doorFull = `{"error":{"code":"too_many_connections","message":"the sandbox has its most connections open to the gateway (controller.sandbox.door_conns); retry later"}}` + "\n"
 
 // capListener holds at most cap(slots) connections open; one more is
-// answered doorFull and closed as soon as it is accepted, and counted in
+// answered 503 (doorFull) and closed as soon as it is accepted, and counted in
 // refused.
 type capListener struct {
 	net.Listener
@@ -115,7 +113,8 @@ func (l *capListener) Accept() (net.Conn, error) {
 		default:
 			l.refused.Add(1)
 			conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			io.WriteString(conn, doorFull)
+			io.WriteString(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: "+
+				strconv.Itoa(len(doorFull))+"\r\n\r\n"+doorFull)
 			conn.Close()
 		}
 	}
