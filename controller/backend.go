@@ -73,7 +73,12 @@ func (cfg Config) newRunner() *runner {
 	if cfg.HTTP != nil {
 		cl.HTTP = cfg.HTTP
 	}
-	return &runner{cfg: cfg, api: cl, log: cfg.Logger, python: sync.OnceValue(pythonInfo)}
+	// The gateway doors' own pool of connections (inside.go), apart from
+	// the controller's client.
+	door := http.DefaultTransport.(*http.Transport).Clone()
+	door.MaxConnsPerHost = cfg.Sandbox.DoorUpstreamConns
+	door.MaxIdleConnsPerHost = cfg.Sandbox.DoorRequests
+	return &runner{cfg: cfg, api: cl, log: cfg.Logger, python: sync.OnceValue(pythonInfo), door: door}
 }
 
 // claimLoop claims attempts and runs each with run, at most Concurrency at

@@ -250,6 +250,7 @@ func Run(ctx context.Context, cfg Config) error {
 		c.log.Warn("controller: cannot become the child subreaper: processes a harness detaches (setsid) may outlive its attempt", "err", err)
 	}
 	c.log.Info("controller: repository tasks' sandboxes bound memory and processes with", "cgroups", sandbox.CgroupBackend())
+	defer c.door.CloseIdleConnections()
 	return c.claimLoop(ctx, c.runAttempt)
 }
 
@@ -272,6 +273,9 @@ type runner struct {
 	// names a repository's workspace may not add at its top level, see
 	// repo.go), computed once.
 	python func() pythonNames
+	// door carries every gateway door's requests to the gateway, with
+	// at most sandbox.door_upstream_conns connections.
+	door *http.Transport
 }
 
 // errLost is the cancel cause of an attempt that ended elsewhere.

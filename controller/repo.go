@@ -127,6 +127,21 @@ type SandboxConfig struct {
 	KeepWorkspaces string `yaml:"keep_workspaces"`
 	// Bwrap is the bubblewrap executable (default: bwrap in PATH).
 	Bwrap string `yaml:"bwrap"`
+	// HarnessOutputBytes bounds, with HarnessInside, how much of the
+	// harness's stdout and of its stderr, each, reaches the host (the
+	// attempt's log files); the rest is read and dropped, and counted in
+	// the sandbox event (default 64 MiB).
+	HarnessOutputBytes int64 `yaml:"harness_output_bytes"`
+	// DoorConns and DoorRequests bound, with HarnessInside, one attempt's
+	// open connections to its gateway door (default 64) and its requests
+	// in flight through it (default 16); more are refused at once (the
+	// connection closed; 429). DoorUpstreamConns bounds the connections
+	// all doors of the controller hold to the gateway (default 256), so
+	// that sandboxes never fill the gateway's per-IP connection cap
+	// (gateway.max_conns_per_ip) the controller's own requests share.
+	DoorConns         int `yaml:"door_conns"`
+	DoorRequests      int `yaml:"door_requests"`
+	DoorUpstreamConns int `yaml:"door_upstream_conns"`
 }
 
 // TestsConfig configures the test-based reward of repository tasks.
@@ -167,6 +182,11 @@ type repoAttempt struct {
 	spec     sandbox.Spec
 	exec     string       // AGL_SANDBOX_EXEC
 	door     *gatewayDoor // harness inside: its way to the gateway
+	// harnessJournal is where `agl sandbox exec` records how the inside
+	// harness ended (its output's size among it).
+	harnessJournal string
+	// doorRefused counts what the door refused over its caps.
+	doorRefused doorCounts
 	// top holds the workspace's top-level names as prepared (hidden
 	// ones included).
 	top map[string]bool
@@ -351,6 +371,15 @@ type sandboxData struct {
 	DiskLimit bool `json:"disk_limit"`
 	// Harness is the shape: outside or inside.
 	Harness string `json:"harness"`
+	// HarnessOutputBytes is what the inside harness wrote to stdout and
+	// stderr; HarnessOutputCut, how much of it was dropped at
+	// sandbox.harness_output_bytes instead of reaching the host.
+	HarnessOutputBytes int64 `json:"harness_output_bytes,omitempty"`
+	HarnessOutputCut   int64 `json:"harness_output_cut_bytes,omitempty"`
+	// DoorRefusedConns, DoorRefusedRequests count what the gateway door
+	// refused over sandbox.door_conns and sandbox.door_requests.
+	DoorRefusedConns    int64 `json:"door_refused_conns,omitempty"`
+	DoorRefusedRequests int64 `json:"door_refused_requests,omitempty"`
 }
 
 // recordSandbox appends the sandbox event from the attempt's journal.
@@ -373,6 +402,17 @@ func (c *runner) recordSandbox(ctx context.Context, a *attempt) {
 				d.Blocked = map[string]int{}
 			}
 			d.Blocked[b]++
+		}
+	}
+	d.DoorRefusedConns, d.DoorRefusedRequests = a.repo.doorRefused.conns.Load(), a.repo.doorRefused.requests.Load()
+	if a.repo.harnessJournal != "" {
+		hs, err := sandbox.ReadJournal(a.repo.harnessJournal)
+		if err != nil {
+			a.log.Warn("controller: read the harness's sandbox journal", "err", err)
+		}
+		for _, h := range hs {
+			d.HarnessOutputBytes += h.StdoutBytes + h.StderrBytes
+			d.HarnessOutputCut += h.CutBytes
 		}
 	}
 	b, _ := json.Marshal(d)
@@ -608,6 +648,18 @@ func (c Config) repoDefaults() (Config, error) {
 		}
 	}
 	c.Sandbox.Limits = c.Sandbox.Limits.WithDefaults()
+	if c.Sandbox.HarnessOutputBytes <= 0 {
+		c.Sandbox.HarnessOutputBytes = 64 << 20
+	}
+	if c.Sandbox.DoorConns <= 0 {
+		c.Sandbox.DoorConns = 64
+	}
+	if c.Sandbox.DoorRequests <= 0 {
+		c.Sandbox.DoorRequests = 16
+	}
+	if c.Sandbox.DoorUpstreamConns <= 0 {
+		c.Sandbox.DoorUpstreamConns = 256
+	}
 	if c.Tests.Timeout <= 0 {
 		c.Tests.Timeout = 300 * time.Second
 	}

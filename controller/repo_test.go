@@ -220,6 +220,12 @@ type sandboxEvent struct {
 	Limited  map[string]int `json:"limited"`
 	Blocked  map[string]int `json:"blocked"`
 	Cgroups  bool           `json:"cgroups"`
+	// HarnessOutputBytes, HarnessOutputCut: the inside harness's output.
+	HarnessOutputBytes int64 `json:"harness_output_bytes"`
+	HarnessOutputCut   int64 `json:"harness_output_cut_bytes"`
+	// DoorRefusedConns, DoorRefusedRequests: what the gateway door refused.
+	DoorRefusedConns    int64 `json:"door_refused_conns"`
+	DoorRefusedRequests int64 `json:"door_refused_requests"`
 }
 
 // shadowed checks that the tests event lists exactly names as left out
@@ -590,6 +596,69 @@ func TestRepoHarnessInside(t *testing.T) {
 				t.Errorf("the harness lacks its variables: %s", env)
 			}
 		})
+	}
+}
+
+// TestRepoHarnessInsideOutputBounded: an inside harness writing 200 MiB
+// to its stdout leaves at most sandbox.harness_output_bytes of it in the
+// attempt's log file on the host; the bytes dropped are counted in the
+// sandbox event, and the rollout is scored as usual.
+func TestRepoHarnessInsideOutputBounded(t *testing.T) {
+	testutil.RequireBwrap(t)
+	const bound, flood = 1 << 20, 200 << 20
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // the attempt's dir, where its log files are
+	e := newEnv(t, time.Hour)
+	rid := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120},
+		repoTask(t, pyRepo(t), map[string]any{"cmds": []string{fixCmd}, "gateway": e.srv.URL, "flood_stdout": flood}))[0]
+	cfg := e.repoConfig(t)
+	cfg.Command = []string{"python3", "inside_harness.py"}
+	cfg.Sandbox.Harness = controller.HarnessInside
+	cfg.Sandbox.HarnessOutputBytes = bound
+	start(t, cfg)
+
+	// The largest the harness's stdout file is seen to be, while it runs.
+	var largest atomic.Int64
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			logs, _ := filepath.Glob(filepath.Join(tmp, "agl-attempt-*", "stdout.log"))
+			for _, l := range logs {
+				if fi, err := os.Stat(l); err == nil && fi.Size() > largest.Load() {
+					largest.Store(fi.Size())
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	r := e.wait(t, []string{rid}, 2*time.Minute)[0]
+	close(stop)
+	<-polled
+	if r.Status != store.RolloutSucceeded {
+		t.Fatalf("rollout %s: %s", r.Status, r.Error)
+	}
+	if r.Reward == nil || *r.Reward != 1 {
+		t.Errorf("reward %s, want 1 (the fix is in)", fmtPtr(r.Reward))
+	}
+	// The cut leaves the bound and one marker line.
+	if n := largest.Load(); n < bound || n > bound+200 {
+		t.Errorf("the harness's stdout file on the host reached %d bytes, want %d and the marker", n, bound)
+	}
+	var se sandboxEvent
+	if e.one(t, rid, controller.EventSandbox, &se) {
+		// stdout is the flood and a few lines before it; stderr is small.
+		if se.HarnessOutputBytes < flood || se.HarnessOutputCut < flood-bound || se.HarnessOutputCut > se.HarnessOutputBytes-bound {
+			t.Errorf("sandbox event: harness output %d bytes, %d cut; want at least %d written, all but %d of stdout cut", se.HarnessOutputBytes, se.HarnessOutputCut, flood, bound)
+		}
+	}
+	if out := logText(t, e.events(t, rid, store.EventLog), "stdout"); !strings.Contains(out, "stdout truncated at 1048576 bytes") {
+		t.Errorf("the stdout log lacks the cut's marker:\n%.500s", out[max(len(out)-500, 0):])
 	}
 }
 

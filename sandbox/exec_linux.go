@@ -109,6 +109,7 @@ func Run(ctx context.Context, s Spec, argv []string, stdin io.Reader, stdout, st
 	res.Duration = time.Since(start).Seconds()
 	cg.kill()
 	res.Truncated = outTrunc || errTrunc
+	res.CutBytes = max(res.StdoutBytes-lim.OutputBytes, 0) + max(res.StderrBytes-lim.OutputBytes, 0)
 	res.Blocked = seen.list()
 	res.MemoryLimit, res.ProcessLimit = cg.hit()
 	res.ProcessLimit = res.ProcessLimit || seen.has(forkRefused)

@@ -24,8 +24,10 @@ type Result struct {
 	// StdoutBytes, StderrBytes are what the command wrote, passed on or not.
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
-	// Truncated: output was cut at Limits.OutputBytes.
-	Truncated bool `json:"truncated,omitempty"`
+	// Truncated: output was cut at Limits.OutputBytes; CutBytes is how
+	// much of stdout and stderr together was dropped.
+	Truncated bool  `json:"truncated,omitempty"`
+	CutBytes  int64 `json:"cut_bytes,omitempty"`
 	// MemoryLimit, ProcessLimit: the cgroup refused memory or a fork.
 	MemoryLimit  bool `json:"memory_limit,omitempty"`
 	ProcessLimit bool `json:"process_limit,omitempty"`

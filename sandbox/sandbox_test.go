@@ -215,6 +215,10 @@ func TestRun(t *testing.T) {
 			if !strings.Contains(errb.String(), c.err) {
 				t.Errorf("stderr %q lacks %q", errb.String(), c.err)
 			}
+			wantCut := map[string]int64{"output": 100000 - 1000}[c.name]
+			if res.CutBytes != wantCut {
+				t.Errorf("cut %d bytes, want %d", res.CutBytes, wantCut)
+			}
 			want := map[string]string{"read-only system": sandbox.BlockedReadOnly, "no network": sandbox.BlockedNetwork, "no git history": sandbox.BlockedGit}[c.name]
 			if got := strings.Join(res.Blocked, ","); got != want {
 				t.Errorf("blocked %q, want %q", got, want)

@@ -33,3 +33,20 @@ print("HOSTGW", call(task["gateway"] + "/api/rollouts"))
 for cmd in task.get("cmds", []):
     p = subprocess.run(["bash", "-c", cmd], capture_output=True, timeout=60)
     print(f"$ {cmd}\nexit {p.returncode}\n{p.stdout.decode()[-500:]}{p.stderr.decode()[-500:]}")
+# flood_stdout: that many bytes more to stdout ("x"s, then "END\n"), then
+# a second's wait, so that the host's log file is seen whole.
+if task.get("flood_stdout"):
+    import sys
+    import time
+    chunk = b"x" * (1 << 20)
+    left = task["flood_stdout"]
+    while left > 0:
+        sys.stdout.buffer.write(chunk[:left])
+        left -= len(chunk)
+    sys.stdout.buffer.write(b"END\n")
+    sys.stdout.flush()
+    time.sleep(1)
+# sleep_s: stay that long before exiting (the door stays open meanwhile).
+if task.get("sleep_s"):
+    import time
+    time.sleep(task["sleep_s"])
