@@ -361,12 +361,25 @@ func (s *Server) drainReplicas(ctx context.Context) error {
 	for _, r := range first {
 		before[r.ID] = r.Reports
 	}
+	// busy is the replica last seen with calls in flight (or not yet
+	// reporting): a deadline that ends the wait names it, also when it
+	// cuts a query short.
+	var busy *store.Replica
+	busyErr := func() error {
+		if busy.Reports < before[busy.ID]+2 {
+			return fmt.Errorf("replica %s has not reported since the drain began (before: %d calls in flight, paused: %v): %w", busy.ID, busy.InFlight, busy.Paused, ctx.Err())
+		}
+		return fmt.Errorf("replica %s: %d calls in flight (paused: %v): %w", busy.ID, busy.InFlight, busy.Paused, ctx.Err())
+	}
 	for {
 		rs, err := s.opt.Shared.Replicas(ctx, replicaStale)
 		if err != nil {
+			if busy != nil && ctx.Err() != nil {
+				return busyErr()
+			}
 			return err
 		}
-		var busy *store.Replica
+		busy = nil
 		for i, r := range rs {
 			if r.ID != s.replica && (r.Reports < before[r.ID]+2 || r.InFlight > 0) {
 				busy = &rs[i]
@@ -380,10 +393,7 @@ func (s *Server) drainReplicas(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			if busy.Reports < before[busy.ID]+2 {
-				return fmt.Errorf("replica %s has not reported since the drain began (before: %d calls in flight, paused: %v): %w", busy.ID, busy.InFlight, busy.Paused, ctx.Err())
-			}
-			return fmt.Errorf("replica %s: %d calls in flight (paused: %v): %w", busy.ID, busy.InFlight, busy.Paused, ctx.Err())
+			return busyErr()
 		case <-t.C:
 		}
 	}
