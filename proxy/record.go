@@ -22,14 +22,15 @@ const (
 // sets lay to its layout.
 func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
 	res := c.res
-	var samp engine.Sampling
-	switch {
-	case res.Sampling != nil:
+	var asked engine.Sampling
+	if c.chat != nil {
+		asked = c.chat.Sampling
+	} else {
+		asked = c.complete.Sampling
+	}
+	samp := asked
+	if res.Sampling != nil {
 		samp = *res.Sampling
-	case c.chat != nil:
-		samp = c.chat.Sampling
-	default:
-		samp = c.complete.Sampling
 	}
 	mc := api.ModelCall{
 		CallID: c.id, API: c.shape.name, Model: res.Model, ModelVersion: res.ModelVersion, Agent: c.target.Agent,
@@ -46,8 +47,8 @@ func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
 		mc.FinishReason = api.FinishToolCalls
 	}
 	mc.Ignored = c.ignored
-	if c.chat != nil && res.Sampling != nil && c.chat.Sampling.MaxTokens > res.Sampling.MaxTokens {
-		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(c.chat.Sampling.MaxTokens)+" clamped to "+strconv.Itoa(res.Sampling.MaxTokens)+", the room left in the context)")
+	if asked.MaxTokens > samp.MaxTokens {
+		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(asked.MaxTokens)+" clamped to "+strconv.Itoa(samp.MaxTokens)+", the room left in the context)")
 	}
 	mc.Sampling = appendSampling(make([]byte, 0, 96), &samp)
 	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+len(res.PromptIDsJSON)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc, res.PromptIDsJSON, lay)
