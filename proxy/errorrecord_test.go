@@ -2,8 +2,11 @@ package proxy_test
 
 import (
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
@@ -85,4 +88,52 @@ func TestErrorRecords(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestErrorRecordsBounded: an error record keeps at most
+// api.MaxCallErrorBytes of the error body, cut at a rune, and error
+// records count against the attempt's stored bytes like any event: a
+// harness sending refused calls in a loop cannot store without bound.
+func TestErrorRecordsBounded(t *testing.T) {
+	t.Run("error body", func(t *testing.T) {
+		long := strings.Repeat("é", 8000) // 16000 bytes, two per rune
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(400)
+			w.Write([]byte(`{"error":{"message":"x` + long + `","type":"BadRequestError"}}`))
+		}))
+		t.Cleanup(up.Close)
+		e := newEnv(t, proxy.Config{}, upstreamBackend(t, up.URL))
+		cl := e.claim(t, store.ModeTrain)
+		st, _, body := post(t, "POST", base(e.srv, cl)+"/v1/chat/completions", bearer(cl.Key), `{"model":"m","messages":[{"role":"user","content":"Hi"}]}`)
+		if st != 400 || len(body) < 16000 {
+			t.Fatalf("%d, %d bytes", st, len(body))
+		}
+		errs := e.errorCalls(t, cl)
+		if len(errs) != 1 {
+			t.Fatalf("%d error records", len(errs))
+		}
+		got := errs[0].Error
+		if len(got) > api.MaxCallErrorBytes || len(got) < api.MaxCallErrorBytes-1 || !utf8.ValidString(got) || !strings.HasPrefix(body, got) {
+			t.Errorf("error body of %d bytes (valid UTF-8 %v), want the answer's first %d", len(got), utf8.ValidString(got), api.MaxCallErrorBytes)
+		}
+	})
+	t.Run("attempt bytes", func(t *testing.T) {
+		e := newEnv(t, proxy.Config{StoredAttemptBytes: 4 << 10}, nil)
+		cl := e.claim(t, store.ModeTrain)
+		for range 100 {
+			if st, _, body := post(t, "POST", base(e.srv, cl)+"/v1/chat/completions", bearer(cl.Key), `{"model":`); st != 400 {
+				t.Fatalf("%d %s", st, body)
+			}
+		}
+		evs, err := e.st.ListEvents(testCtx(t), store.EventFilter{RolloutID: cl.Rollout.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each record's stored form is a few hundred bytes: the bound lets
+		// some tens in, not a hundred.
+		if len(evs) < 5 || len(evs) > 40 {
+			t.Errorf("%d error records stored for 100 refusals, want the 4 KiB bound to stop them after a few", len(evs))
+		}
+	})
 }
