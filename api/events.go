@@ -89,7 +89,22 @@ type ModelCall struct {
 	// "thinking", "tools[8] (web_search)", "max_tokens (128000 clamped to
 	// 12000)", "header anthropic-beta: …"): accepted, not honoured.
 	Ignored []string `json:"ignored,omitempty"`
+	// Status is CallError for a call the gateway refused or that failed
+	// after its key was authenticated (empty for a call that was
+	// answered): HTTPStatus and Error hold the status and the error body
+	// the caller got (at most MaxCallErrorBytes); it has no ids, request
+	// or response.
+	// Training and sample building skip these records.
+	Status     string `json:"status,omitempty"`
+	HTTPStatus int    `json:"http_status,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
+
+// CallError is ModelCall.Status of a refused or failed call.
+const CallError = "error"
+
+// MaxCallErrorBytes bounds ModelCall.Error.
+const MaxCallErrorBytes = 4 << 10
 
 // MaxAgentNameLen bounds an agent name.
 const MaxAgentNameLen = 64

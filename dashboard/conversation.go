@@ -64,6 +64,12 @@ type Call struct {
 	Reply *Message `json:"reply,omitempty"`
 	// Error says why the request or response could not be read.
 	Error string `json:"error,omitempty"`
+	// HTTPStatus and Refusal are set for a call the gateway refused or
+	// that failed (api.CallError): the status and error body the harness
+	// got. Such a call has no messages and leaves the conversation as it
+	// was.
+	HTTPStatus int    `json:"http_status,omitempty"`
+	Refusal    string `json:"refusal,omitempty"`
 }
 
 // callEvent is the part of an api.ModelCall the conversation shows: the
@@ -83,6 +89,9 @@ type callEvent struct {
 	Usage        api.Usage       `json:"usage"`
 	LatencyMS    float64         `json:"latency_ms"`
 	Stream       bool            `json:"stream"`
+	Status       string          `json:"status"`
+	HTTPStatus   int             `json:"http_status"`
+	Error        string          `json:"error"`
 }
 
 // Conversation turns an attempt's model_request events (in sequence order)
@@ -106,6 +115,11 @@ func Conversation(events []store.Event) []Call {
 		c.Stream, c.LatencyMS, c.FinishReason = mc.Stream, mc.LatencyMS, mc.FinishReason
 		c.PromptTokens, c.CompletionTokens = mc.Usage.PromptTokens, mc.Usage.CompletionTokens
 		c.Continued, c.RenderReason, c.NoTokenIDs = mc.Continued, mc.RenderReason, mc.NoTokenIDs
+		if mc.Status == api.CallError {
+			c.HTTPStatus, c.Refusal, c.New = mc.HTTPStatus, mc.Error, []Message{}
+			out = append(out, c)
+			continue
+		}
 		msgs, tools, reply, err := parseCall(mc.API, mc.Request, mc.Response)
 		if err != "" {
 			c.Error = err

@@ -52,7 +52,9 @@ func TestGatewayWiring(t *testing.T) {
 	// (with the admin key: a scoped key may not append model_request).
 	call, _ := json.Marshal(api.ModelCall{CallID: "c1", API: api.ShapeMessages, PromptIDs: []int32{1, 2, 3}, ResponseIDs: []int32{4, 5},
 		Usage: api.Usage{PromptTokens: 3, CompletionTokens: 2}, LatencyMS: 250})
-	body, _ := json.Marshal(api.AppendEventsRequest{Events: []store.NewEvent{{Type: store.EventModelRequest, Data: call}}})
+	// And the record of a call that failed.
+	failed, _ := json.Marshal(api.ModelCall{CallID: "c2", API: api.ShapeMessages, Status: api.CallError, HTTPStatus: 502, Error: `{"type":"error"}`})
+	body, _ := json.Marshal(api.AppendEventsRequest{Events: []store.NewEvent{{Type: store.EventModelRequest, Data: call}, {Type: store.EventModelRequest, Data: failed}}})
 	req, _ := http.NewRequest("POST", srv.URL+"/api/rollouts/r1/attempts/"+cl.Attempt.ID+"/events", bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+admin)
 	req.Header.Set("Content-Type", "application/json")
@@ -90,9 +92,10 @@ func TestGatewayWiring(t *testing.T) {
 	}
 	fams := scrape(t, srv)
 	mustValue(t, fams, "agl_model_calls_total", map[string]string{"api": "messages", "status": "200"}, 1)
+	mustValue(t, fams, "agl_model_calls_total", map[string]string{"api": "messages", "status": "502"}, 1)
 	mustValue(t, fams, "agl_tokens_total", map[string]string{"api": "messages", "direction": "in"}, 3)
 	mustValue(t, fams, "agl_tokens_total", map[string]string{"api": "messages", "direction": "out"}, 2)
-	mustValue(t, fams, "agl_events_appended_total", map[string]string{"type": "model_request"}, 1)
+	mustValue(t, fams, "agl_events_appended_total", map[string]string{"type": "model_request"}, 2)
 	mustValue(t, fams, "agl_events_appended_total", map[string]string{"type": "span"}, 1)
 	mustValue(t, fams, "agl_otlp_spans_total", map[string]string{"outcome": "stored"}, 1)
 	mustValue(t, fams, "agl_http_requests_total", map[string]string{"route": "api.events", "status": "200"}, 1)

@@ -282,6 +282,8 @@ type callSummary struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
 	LatencyMS float64 `json:"latency_ms"`
+	// HTTPStatus is set on the record of a refused or failed call.
+	HTTPStatus int `json:"http_status"`
 }
 
 // observeCallEvent observes the call a model_request event describes,
@@ -291,7 +293,11 @@ func (m *Metrics) observeCallEvent(summary, data []byte) {
 	if json.Unmarshal(summary, &c) != nil && (len(summary) == len(data) || json.Unmarshal(data, &c) != nil) || c.API == "" {
 		return
 	}
-	m.ObserveCall(c.API, http.StatusOK, time.Duration(c.LatencyMS*float64(time.Millisecond)), c.Usage.PromptTokens, c.Usage.CompletionTokens)
+	status := http.StatusOK
+	if c.HTTPStatus != 0 {
+		status = c.HTTPStatus
+	}
+	m.ObserveCall(c.API, status, time.Duration(c.LatencyMS*float64(time.Millisecond)), c.Usage.PromptTokens, c.Usage.CompletionTokens)
 }
 
 // stepSummary is the part of a trainer step's metrics ObserveStep needs.

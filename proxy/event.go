@@ -119,6 +119,18 @@ func appendModelCall(b []byte, mc *api.ModelCall, promptJSON []byte, lay *store.
 		}
 		b = append(b, ']')
 	}
+	if mc.Status != "" {
+		b = append(b, `,"status":`...)
+		b = fastjson.AppendString(b, mc.Status)
+	}
+	if mc.HTTPStatus != 0 {
+		b = append(b, `,"http_status":`...)
+		b = strconv.AppendInt(b, int64(mc.HTTPStatus), 10)
+	}
+	if mc.Error != "" {
+		b = append(b, `,"error":`...)
+		b = fastjson.AppendString(b, mc.Error)
+	}
 	if lay != nil {
 		*lay = lo
 	}

@@ -23,6 +23,7 @@ func TestAppendModelCall(t *testing.T) {
 		Request: json.RawMessage(`{"a":[1,2]}`), Response: json.RawMessage(` {"b":"ü"} `),
 		Usage: api.Usage{PromptTokens: 3, CompletionTokens: 3}, LatencyMS: 1.2345, Retries: 2, Stream: true,
 		Ignored: []string{"thinking", `tools[8] (web_search) "q"`},
+		Status:  api.CallError, HTTPStatus: 502, Error: `{"error":{"message":"up\u003c"}}`,
 	}
 	s := engine.Sampling{Temperature: 0.7, TopP: 0.95, TopK: 20, MaxTokens: 512, StopIDs: []int32{5, 6}, Seed: math.MaxUint64}
 	full.Sampling = appendSampling(nil, &s)

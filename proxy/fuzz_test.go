@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/aglrl/agl/api"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -123,14 +124,25 @@ func (fr *fuzzRoute) check(t *testing.T, body []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Code >= 400 && len(evs) != 0 {
-		t.Fatalf("%q: refused with %d but recorded %d events", body, w.Code, len(evs))
-	}
 	for _, ev := range evs {
 		if !utf8.Valid(ev.Data) || !json.Valid(ev.Data) {
 			t.Fatalf("%q: recorded event is not UTF-8 JSON: %q", body, ev.Data)
 		}
 		fr.seq = ev.Seq
+	}
+	switch {
+	case strings.HasSuffix(fr.path, "/events"):
+		if w.Code >= 400 && len(evs) != 0 {
+			t.Fatalf("%q: refused with %d but recorded %d events", body, w.Code, len(evs))
+		}
+	case w.Code >= 400:
+		// A refused model call stores its record, and nothing of the
+		// request.
+		var mc api.ModelCall
+		if len(evs) != 1 || json.Unmarshal(evs[0].Data, &mc) != nil || mc.Status != api.CallError || mc.HTTPStatus != w.Code ||
+			mc.Error != string(out) || len(mc.Request)+len(mc.PromptIDs)+len(mc.ResponseIDs) != 0 {
+			t.Fatalf("%q: refused with %d; want only its error record, recorded %d events", body, w.Code, len(evs))
+		}
 	}
 }
 

@@ -69,8 +69,21 @@ func base(srv *httptest.Server, c store.Claim) string {
 	return srv.URL + "/r/" + c.Rollout.ID + "/" + c.Attempt.ID
 }
 
-// calls returns the attempt's model_request events.
+// calls returns the attempt's model_request events of answered calls
+// (records of refused and failed calls are left out: see errorCalls).
 func (e *env) calls(t testing.TB, c store.Claim) []api.ModelCall {
+	all := e.allCalls(t, c)
+	return slices.DeleteFunc(all, func(mc api.ModelCall) bool { return mc.Status == api.CallError })
+}
+
+// errorCalls returns the attempt's records of refused and failed calls.
+func (e *env) errorCalls(t testing.TB, c store.Claim) []api.ModelCall {
+	all := e.allCalls(t, c)
+	return slices.DeleteFunc(all, func(mc api.ModelCall) bool { return mc.Status != api.CallError })
+}
+
+// allCalls returns the attempt's model_request events.
+func (e *env) allCalls(t testing.TB, c store.Claim) []api.ModelCall {
 	evs, err := e.st.ListEvents(testCtx(t), store.EventFilter{RolloutID: c.Rollout.ID, AttemptID: c.Attempt.ID, Types: []string{store.EventModelRequest}})
 	if err != nil {
 		t.Fatal(err)

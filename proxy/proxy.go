@@ -319,24 +319,30 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		return
 	}
 	c.mode = mode
+	// From here on every refusal and failure is recorded: the key is
+	// authenticated, so the record lands in the caller's own attempt.
+	refuse := func(e *apiError) {
+		p.recordError(ctx, c, e)
+		writeError(w, sh.style, e)
+	}
 	if c.body, aerr = p.readBody(w, r); aerr != nil {
-		writeError(w, sh.style, aerr)
+		refuse(aerr)
 		return
 	}
 	if sh.prepare != nil {
 		if aerr = sh.prepare(c, r); aerr != nil {
-			writeError(w, sh.style, aerr)
+			refuse(aerr)
 			return
 		}
 	}
 	if aerr = sh.decode(p, c); aerr != nil {
-		writeError(w, sh.style, aerr)
+		refuse(aerr)
 		return
 	}
 	if t.Agent == "" {
 		if t.Agent = r.Header.Get(AgentHeader); t.Agent != "" {
 			if err := api.ValidAgentName(t.Agent); err != nil {
-				writeError(w, sh.style, badRequest("", "header %s: %v", AgentHeader, err))
+				refuse(badRequest("", "header %s: %v", AgentHeader, err))
 				return
 			}
 		} else {
@@ -345,11 +351,11 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	}
 	c.target = t
 	if aerr := p.usage.admit(p.cfg.AttemptLimits, t); aerr != nil {
-		writeError(w, sh.style, aerr)
+		refuse(aerr)
 		return
 	}
 	if aerr := p.seedCall(ctx, c); aerr != nil {
-		writeError(w, sh.style, aerr)
+		refuse(aerr)
 		return
 	}
 	c.created = c.start.Unix()
@@ -360,6 +366,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		ka = startKeepAlive(w, p.cfg.StreamKeepAlive)
 	}
 	fail := func(e *apiError) {
+		p.recordError(ctx, c, e)
 		if ka.stop() {
 			w.Write(appendSSEError(nil, sh.style, e))
 			return

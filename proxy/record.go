@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/engine"
@@ -22,14 +23,15 @@ const (
 // sets lay to its layout.
 func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
 	res := c.res
-	var samp engine.Sampling
-	switch {
-	case res.Sampling != nil:
+	var asked engine.Sampling
+	if c.chat != nil {
+		asked = c.chat.Sampling
+	} else {
+		asked = c.complete.Sampling
+	}
+	samp := asked
+	if res.Sampling != nil {
 		samp = *res.Sampling
-	case c.chat != nil:
-		samp = c.chat.Sampling
-	default:
-		samp = c.complete.Sampling
 	}
 	mc := api.ModelCall{
 		CallID: c.id, API: c.shape.name, Model: res.Model, ModelVersion: res.ModelVersion, Agent: c.target.Agent,
@@ -46,8 +48,8 @@ func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
 		mc.FinishReason = api.FinishToolCalls
 	}
 	mc.Ignored = c.ignored
-	if c.chat != nil && res.Sampling != nil && c.chat.Sampling.MaxTokens > res.Sampling.MaxTokens {
-		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(c.chat.Sampling.MaxTokens)+" clamped to "+strconv.Itoa(res.Sampling.MaxTokens)+", the room left in the context)")
+	if asked.MaxTokens > samp.MaxTokens {
+		mc.Ignored = append(mc.Ignored, "max_tokens ("+strconv.Itoa(asked.MaxTokens)+" clamped to "+strconv.Itoa(samp.MaxTokens)+", the room left in the context)")
 	}
 	mc.Sampling = appendSampling(make([]byte, 0, 96), &samp)
 	return appendModelCall(make([]byte, 0, 512+len(c.body)+len(resp)+len(res.PromptIDsJSON)+12*(len(res.PromptIDs)+len(res.ResponseIDs))), &mc, res.PromptIDsJSON, lay)
@@ -57,6 +59,47 @@ func (c *call) eventData(resp []byte, lay *store.CallLayout) []byte {
 func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 	lay := new(store.CallLayout)
 	data := c.eventData(resp, lay)
+	return p.store(ctx, c, data, lay)
+}
+
+// recordError appends the model_request event of a call refused or failed
+// with e after its key was authenticated (api.CallError): the status and
+// the error body the caller got, bounded by api.MaxCallErrorBytes; no ids
+// and no request, so that it is no base for the store's encoding of the
+// agent's next call (store.BaseOf). It is subject to the stored-bytes
+// bounds like any event; one they refuse, or one the store fails to
+// write, is dropped: the caller gets e either way.
+func (p *Proxy) recordError(ctx context.Context, c *call, e *apiError) {
+	id := c.id
+	if id == "" {
+		id = p.newID(c.shape.idPrefix)
+	}
+	body := errorBody(c.shape.style, e)
+	if len(body) > api.MaxCallErrorBytes {
+		// Cut before the rune that crosses the bound.
+		cut := api.MaxCallErrorBytes
+		for cut > 0 && !utf8.RuneStart(body[cut]) {
+			cut--
+		}
+		body = body[:cut]
+	}
+	mc := api.ModelCall{
+		CallID: id, API: c.shape.name, Model: c.model, Agent: c.target.Agent,
+		LatencyMS: float64(time.Since(c.start).Microseconds()) / 1000,
+		Stream:    c.stream || c.arrayStream,
+		Status:    api.CallError, HTTPStatus: e.Status, Error: string(body),
+	}
+	if mc.Model == "" {
+		mc.Model = c.pathModel
+	}
+	lay := new(store.CallLayout)
+	data := appendModelCall(make([]byte, 0, 256+len(mc.Error)), &mc, nil, lay)
+	_ = p.store(ctx, c, data, lay)
+}
+
+// store appends data, c's model_request event laid out as lay, if the
+// stored-bytes bounds allow it.
+func (p *Proxy) store(ctx context.Context, c *call, data []byte, lay *store.CallLayout) *apiError {
 	// The event must land even if the client went away: it records tokens
 	// the engine spent.
 	ctx = context.WithoutCancel(ctx)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/store"
 )
@@ -35,14 +36,21 @@ func NewUpstreamBackend(c *upstream.Client) *UpstreamBackend {
 // ModelName implements Backend.
 func (b *UpstreamBackend) ModelName() string { return b.c.DefaultModel() }
 
-func fromUpstream(r *upstream.Result) *Result {
-	return &Result{
+// fromUpstream converts r, the answer to a call sent with s.
+func fromUpstream(r *upstream.Result, s engine.Sampling) *Result {
+	res := &Result{
 		Message: r.Message, Text: r.Text,
 		PromptIDsJSON: r.PromptIDsJSON, ResponseIDs: r.IDs, Logprobs: r.Logprobs, NoTokenIDs: r.NoTokenIDs,
 		FinishReason: r.FinishReason, Model: r.Model, ModelVersion: r.Version,
 		RenderReason: ReasonUpstream, Retries: r.Retries,
 		PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
 	}
+	if r.MaxTokens != s.MaxTokens {
+		// Clamped to the model's context.
+		s.MaxTokens = r.MaxTokens
+		res.Sampling = &s
+	}
+	return res
 }
 
 // Chat implements Backend.
@@ -51,7 +59,7 @@ func (b *UpstreamBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, 
 	if err != nil {
 		return nil, err
 	}
-	res := fromUpstream(r)
+	res := fromUpstream(r, req.Sampling)
 	res.UpstreamRendered = true
 	// Tool call ids are the gateway's to give in the caller's id style.
 	for i := range res.Message.ToolCalls {
@@ -72,7 +80,7 @@ func (b *UpstreamBackend) Complete(ctx context.Context, req *CompleteRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	res := fromUpstream(r)
+	res := fromUpstream(r, req.Sampling)
 	res.RenderReason = ReasonRawPrompt
 	return res, nil
 }

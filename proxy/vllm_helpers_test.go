@@ -31,6 +31,8 @@ type vllmCall struct {
 	// tokenized counts the prompt tokens the server rendered/tokenized
 	// itself (all of them in chat mode, none for token-id prompts).
 	tokenized int
+	// maxTokens is the request's max_tokens (0: none sent).
+	maxTokens int
 }
 
 type vllmServer struct {
@@ -43,6 +45,10 @@ type vllmServer struct {
 	calls   []vllmCall
 	// loop, when set, answers every call with replies[0] (benchmarks).
 	loop bool
+	// maxModelLen, when set, is vLLM's --max-model-len: a max_tokens that
+	// does not fit beside the prompt is refused, as vLLM refuses it, and a
+	// call without one answers in the room left.
+	maxModelLen int
 }
 
 func newVLLMServer(t testing.TB, ml *chat.ChatML) *vllmServer {
@@ -173,6 +179,21 @@ func (v *vllmServer) serve(w http.ResponseWriter, r *http.Request) {
 		vllmError(w, 404, "unknown route %s", r.URL.Path)
 		return
 	}
+	limit := 0
+	if req.MaxTokens != nil {
+		limit = *req.MaxTokens
+	}
+	call.maxTokens = limit
+	if v.maxModelLen > 0 {
+		room := v.maxModelLen - len(call.prompt)
+		if limit > room {
+			vllmError(w, 400, "'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).", limit, v.maxModelLen, len(call.prompt), limit, v.maxModelLen, len(call.prompt))
+			return
+		}
+		if limit <= 0 {
+			limit = room
+		}
+	}
 	v.mu.Lock()
 	if len(v.replies) == 0 {
 		v.mu.Unlock()
@@ -186,8 +207,8 @@ func (v *vllmServer) serve(w http.ResponseWriter, r *http.Request) {
 	v.mu.Unlock()
 	out := v.ml.ReplyIDs(m)
 	finish := "stop"
-	if req.MaxTokens != nil && *req.MaxTokens > 0 && len(out) > *req.MaxTokens {
-		out, finish = out[:*req.MaxTokens], "length"
+	if limit > 0 && len(out) > limit {
+		out, finish = out[:limit], "length"
 	}
 	call.output = out
 	lps := make([]float32, len(out))

@@ -227,6 +227,8 @@ func FinalAttempt(r store.Rollout, events []store.Event) string {
 
 // Calls decodes the "model_request" events of one attempt, sorted by Seq.
 // Events that do not decode come back as Excluded records ("bad_event").
+// Records of refused or failed calls (api.CallError) are left out: they
+// hold no tokens and break no conversation.
 func Calls(events []store.Event, attemptID string) ([]api.ModelCall, []Excluded) {
 	evs := make([]store.Event, 0, len(events))
 	for _, e := range events {
@@ -242,6 +244,9 @@ func Calls(events []store.Event, attemptID string) ([]api.ModelCall, []Excluded)
 		if err != nil {
 			bad = append(bad, Excluded{RolloutID: e.RolloutID, AttemptID: e.AttemptID,
 				Reason: "bad_event", Detail: fmt.Sprintf("event %d: %v", e.Seq, err)})
+			continue
+		}
+		if c.Status == api.CallError {
 			continue
 		}
 		calls = append(calls, c)

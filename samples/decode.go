@@ -26,7 +26,7 @@ func decodeCall(data []byte) (api.ModelCall, error) {
 		CallID: full.CallID, API: full.API, Model: full.Model, ModelVersion: full.ModelVersion,
 		PromptIDs: full.PromptIDs, ResponseIDs: full.ResponseIDs, ResponseLogprobs: full.ResponseLogprobs,
 		NoTokenIDs: full.NoTokenIDs, FinishReason: full.FinishReason, Continued: full.Continued, RenderReason: full.RenderReason,
-		Agent: full.Agent,
+		Agent: full.Agent, Status: full.Status,
 	}, nil
 }
 
@@ -67,12 +67,14 @@ func fastCall(data []byte, c *api.ModelCall) bool {
 			return s.StringOrNull(&c.RenderReason)
 		case 10:
 			return s.StringOrNull(&c.FinishReason)
-		default:
+		case 11:
 			return s.StringOrNull(&c.Agent)
+		default:
+			return s.StringOrNull(&c.Status)
 		}
 		return ok
 	}, "call_id", "api", "model", "model_version", "prompt_ids", "response_ids",
-		"response_logprobs", "no_token_ids", "continued", "render_reason", "finish_reason", "agent")
+		"response_logprobs", "no_token_ids", "continued", "render_reason", "finish_reason", "agent", "status")
 	return ok && s.End()
 }
 

@@ -64,6 +64,7 @@ type shapeCall struct {
 	API      string          `json:"api"`
 	Request  json.RawMessage `json:"request"`
 	Response json.RawMessage `json:"response"`
+	Status   string          `json:"status"`
 }
 
 // Shape computes the shaping rewards of attempt attemptID's calls from
@@ -85,7 +86,7 @@ func Shape(cfg ShapingConfig, events []store.Event, attemptID string) Shaping {
 	counted := map[string]bool{}  // tool call ids whose error result was counted
 	for _, e := range evs {
 		var c shapeCall
-		if json.Unmarshal(e.Data, &c) != nil || c.CallID == "" {
+		if json.Unmarshal(e.Data, &c) != nil || c.CallID == "" || c.Status == api.CallError {
 			continue
 		}
 		for _, id := range toolErrors(c.API, c.Request) {

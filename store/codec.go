@@ -342,11 +342,16 @@ func (l *CallLayout) holes(data []byte) (holes []span, ok bool) {
 
 // BaseOf returns the CallBase a model_request event's JSON provides (its
 // Seq left 0), and the agent it names; ok is false when data is not an
-// object.
+// object. An event with neither ids nor a request (the record of a
+// refused call) provides none: b is nil, and the agent's calls keep
+// encoding against the call before it.
 func BaseOf(data []byte) (b *CallBase, agent string, ok bool) {
 	holes, ag, ok := topFields(data)
 	if !ok {
 		return nil, "", false
+	}
+	if len(holes) == 0 {
+		return nil, string(ag), true
 	}
 	b, _ = baseFrom(data, holes)
 	return b, string(ag), true
@@ -536,10 +541,12 @@ func encodeScanned(data []byte, holes []span, base *CallBase) (stored []byte, se
 	} else {
 		out = append(out, p...)
 	}
-	self = &CallBase{IDs: joinIDs(promptText, respText)}
-	for _, h := range holes {
-		if h.kind == holeRequest {
-			self.Request = data[h.start:h.end]
+	if len(holes) > 0 { // else no base (see BaseOf)
+		self = &CallBase{IDs: joinIDs(promptText, respText)}
+		for _, h := range holes {
+			if h.kind == holeRequest {
+				self.Request = data[h.start:h.end]
+			}
 		}
 	}
 	// Check the reassembly (against data, in place): what cannot come
@@ -751,7 +758,7 @@ func walkPayload(p []byte, base *CallBase, wantSelf bool, check []byte) ([]byte,
 	}
 	js := out.out
 	var self *CallBase
-	if wantSelf {
+	if wantSelf && nh > 0 { // else no base (see BaseOf)
 		self = &CallBase{IDs: joinIDs(js[prompt[0]:prompt[1]], js[resp[0]:resp[1]])}
 		if reqStart >= 0 {
 			self.Request = js[reqStart:reqEnd:reqEnd]

@@ -66,6 +66,7 @@ func TestEncodeEventRoundTrip(t *testing.T) {
 		{"not an object", []byte(`[1,2,3]`), nil, false, 0},
 		{"string", []byte(`"prompt_ids"`), nil, false, 0},
 		{"empty object", []byte(`{}`), nil, true, 0},
+		{"error record", []byte(`{"call_id":"c","api":"chat.completions","status":"error","http_status":502,"error":"{\"error\":{}}"}`), base1, true, 0},
 		{"request not object", []byte(`{"request":"abc","prompt_ids":[5]}`), base1, true, 0},
 		{"unicode", []byte(`{"request":{"m":"héllo \u00e9 ☃"},"prompt_ids":[1]}`), nil, true, 0},
 	} {
@@ -103,7 +104,9 @@ func TestEncodeEventRoundTrip(t *testing.T) {
 				bases = append(bases, self)
 			}
 			for _, s := range bases {
-				if !bytes.Equal(s.IDs, want.IDs) || !bytes.Equal(s.Request, want.Request) {
+				if (s == nil) != (want == nil) {
+					t.Errorf("base %+v, want %+v (an event with neither ids nor request provides none)", s, want)
+				} else if s != nil && (!bytes.Equal(s.IDs, want.IDs) || !bytes.Equal(s.Request, want.Request)) {
 					t.Errorf("base %s / %q, want %s / %q", s.IDs, s.Request, want.IDs, want.Request)
 				}
 			}

@@ -139,6 +139,9 @@ func summarize(e store.Event) string {
 	if e.Type == store.EventModelRequest {
 		var mc api.ModelCall
 		if json.Unmarshal(e.Data, &mc) == nil {
+			if mc.Status == api.CallError {
+				return fmt.Sprintf("%s %s: error, HTTP %d: %s", mc.API, mc.Model, mc.HTTPStatus, trunc(mc.Error, 80))
+			}
 			return fmt.Sprintf("%s %s v%d: %d prompt + %d response tokens, %s, %.1fms", mc.API, mc.Model, mc.ModelVersion,
 				len(mc.PromptIDs), len(mc.ResponseIDs), dash(mc.FinishReason), mc.LatencyMS)
 		}

@@ -253,6 +253,7 @@ function callEl(c, k) {
   return h('div', {class: 'call', 'data-call': c.call_id},
     head,
     c.error ? h('div', {class: 'error'}, c.error) : null,
+    c.http_status ? h('div', {class: 'error'}, 'refused or failed: HTTP ' + c.http_status, h('pre', {class: 'args'}, pretty(c.refusal || ''))) : null,
     c.rewritten ? h('div', {class: 'rewritten'}, 'History rewritten: this request does not extend the previous call’s conversation; shown in full.') : null,
     c.context ? h('div', {class: 'context'}, '… ' + c.context + ' earlier message' + (c.context === 1 ? '' : 's')) : null,
     (c.new || []).map(m => msgEl(m)),

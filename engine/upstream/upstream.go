@@ -62,7 +62,9 @@ type Model struct {
 	// or Llama 3), needed by ModeToken.
 	TokenizerDir string `json:"tokenizer_dir,omitempty" yaml:"tokenizer_dir,omitempty"`
 	// MaxContext is the served context length (vLLM's --max-model-len),
-	// required in ModeToken: each call asks for at most the room left.
+	// required in ModeToken: each call asks for at most the room left. In
+	// ModeChat a call whose max_tokens might not fit beside its prompt is
+	// sent without one, so that the upstream answers in the room left.
 	MaxContext int `json:"max_context,omitempty" yaml:"max_context,omitempty"`
 }
 
@@ -123,10 +125,11 @@ type Client struct {
 }
 
 type model struct {
-	name    string
-	key     string
-	eps     atomic.Pointer[[]*endpoint] // sorted by URL; replaced, never changed
-	version atomic.Int64
+	name       string
+	key        string
+	maxContext int                         // 0: unknown
+	eps        atomic.Pointer[[]*endpoint] // sorted by URL; replaced, never changed
+	version    atomic.Int64
 }
 
 type endpoint struct {
@@ -193,7 +196,7 @@ func New(cfg Config) (*Client, error) {
 		if m.MaxContext < 0 {
 			return nil, fmt.Errorf("upstream: model %q: max_context %d is negative", m.Name, m.MaxContext)
 		}
-		mm := &model{name: m.Name, key: m.APIKey}
+		mm := &model{name: m.Name, key: m.APIKey, maxContext: m.MaxContext}
 		if err := mm.setEndpoints(m.Endpoints); err != nil {
 			return nil, fmt.Errorf("upstream: model %q: %w", m.Name, err)
 		}
@@ -550,6 +553,11 @@ type Result struct {
 	Model        string
 	Version      int64
 	Retries      int
+	// MaxTokens is the response bound the upstream applied: the one asked
+	// for, or, when it might not fit in the model's max_context beside the
+	// prompt and was not sent, the room the upstream left (max_context -
+	// PromptTokens).
+	MaxTokens int
 
 	PromptTokens, CompletionTokens int
 }
@@ -684,6 +692,23 @@ func sampling(w *wireRequest, s engine.Sampling, stop []string) {
 	w.ReturnTokenIDs = true
 }
 
+// templateSlack bounds the tokens a chat template adds to a conversation
+// beyond its body's bytes (a default system prompt, a generation prompt).
+const templateSlack = 256
+
+// encodeRequest appends w's JSON to b.
+func encodeRequest(b []byte, w *wireRequest) ([]byte, error) {
+	body, ok := appendRequest(b, w)
+	if ok {
+		return body, nil
+	}
+	body, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("encode upstream request: %w", err)
+	}
+	return body, nil
+}
+
 // Chat sends a Chat Completions call.
 func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Result, error) {
 	m := c.model(req.Model)
@@ -730,11 +755,31 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 			size += len(*m.Content) + len(*m.Content)/16 + 64
 		}
 	}
-	body, ok := appendRequest(make([]byte, 0, size), w)
-	if !ok {
-		var err error
-		if body, err = json.Marshal(w); err != nil {
-			return nil, fmt.Errorf("encode upstream request: %w", err)
+	asked := w.MaxTokens
+	body, err := encodeRequest(make([]byte, 0, size), w)
+	if err != nil {
+		return nil, err
+	}
+	clamped := false
+	if ids, isIDs := w.Prompt.([]int32); isIDs && m.maxContext > 0 {
+		// The prompt's length is known: ask for at most the room left
+		// (a prompt that leaves none is the upstream's to refuse).
+		if room := m.maxContext - len(ids); room > 0 && w.MaxTokens > room {
+			w.MaxTokens = room
+			if body, err = encodeRequest(body[:0], w); err != nil {
+				return nil, err
+			}
+		}
+	} else if m.maxContext > 0 && w.MaxTokens > 0 && w.MaxTokens > m.maxContext-len(body)-templateSlack {
+		// The upstream renders and tokenizes the prompt; a token is at
+		// least a byte of the body, so a bound that fits beside the body's
+		// bytes (and what a chat template adds) fits beside the prompt.
+		// One that might not is not sent:
+		// vLLM refuses a max_tokens beyond the room left, and answers in
+		// the room left when none is given.
+		w.MaxTokens, clamped = 0, true
+		if body, err = encodeRequest(body[:0], w); err != nil {
+			return nil, err
 		}
 	}
 	// The version is the one registered when the call was sent (weights are
@@ -763,6 +808,13 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 		Retries:          retries,
 		PromptTokens:     resp.Usage.PromptTokens,
 		CompletionTokens: resp.Usage.CompletionTokens,
+		MaxTokens:        w.MaxTokens,
+	}
+	if clamped {
+		r.MaxTokens = asked
+		if room := m.maxContext - r.PromptTokens; r.PromptTokens > 0 && room < asked {
+			r.MaxTokens = room
+		}
 	}
 	ids := resp.PromptTokenIDs
 	if ids.raw == nil {
