@@ -111,16 +111,29 @@ proxy:
 		t.Fatal(err)
 	}
 	evs, err := cl.ListEvents(ctx, store.EventFilter{RolloutID: "r1", Types: []string{store.EventModelRequest}})
-	if err != nil || len(evs) != 3 {
-		t.Fatalf("%d model calls recorded (%v), want 3", len(evs), err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	writerTokens := 0
+	// Three answered calls, and the refused one's error record (which
+	// the export below must not train on).
+	writerTokens, answered, refused := 0, 0, 0
 	for _, ev := range evs {
 		var mc api.ModelCall
 		json.Unmarshal(ev.Data, &mc)
+		if mc.Status == api.CallError {
+			refused++
+			if mc.HTTPStatus != http.StatusBadRequest {
+				t.Errorf("error record of HTTP status %d, want 400", mc.HTTPStatus)
+			}
+			continue
+		}
+		answered++
 		if mc.Agent == "writer" {
 			writerTokens += len(mc.ResponseIDs)
 		}
+	}
+	if answered != 3 || refused != 1 {
+		t.Fatalf("%d answered and %d refused model calls recorded, want 3 and 1", answered, refused)
 	}
 
 	// agl export beside the live gateway, on the same config.
