@@ -154,6 +154,12 @@ type Config struct {
 	// weights, as far as the engines' float results do not depend on
 	// scheduling (batch composition).
 	Seed uint64 `yaml:"seed"`
+	// KeepBest keeps the weights of the best validation so far in
+	// BestDir(data_dir) (success rate, then mean reward; the earlier on a
+	// tie), the validation before the first step included, and reports it
+	// in the summary: a run that degrades late still hands back its best
+	// policy.
+	KeepBest bool `yaml:"keep_best"`
 }
 
 func (c Config) withDefaults() Config {
@@ -306,6 +312,22 @@ type State struct {
 	// Seed is the run's sampling seed (Config.Seed, or the random one
 	// drawn when that was unset), so that a resumed run goes on with it.
 	Seed uint64 `json:"seed,omitempty"`
+	// Best is the best validation so far (keep_best), whose weights are in
+	// BestDir.
+	Best *Best `json:"best,omitempty"`
+}
+
+// Best is the validation whose weights keep_best kept.
+type Best struct {
+	Step        int     `json:"step"`
+	Version     int64   `json:"version"`
+	SuccessRate float64 `json:"success_rate"`
+	RewardMean  float64 `json:"reward_mean"`
+}
+
+// better reports whether validation m beats b (none yet: any does).
+func (b *Best) better(m StepMetrics) bool {
+	return b == nil || m.SuccessRate > b.SuccessRate || (m.SuccessRate == b.SuccessRate && m.RewardMean > b.RewardMean)
 }
 
 // version is policy p's served version.
@@ -488,6 +510,9 @@ func (l *Loop) Run(ctx context.Context) (summary Summary, err error) {
 	if err != nil {
 		return summary, err
 	}
+	if err := l.keepBest(summary.Before); err != nil {
+		return summary, err
+	}
 	for l.state.Step < l.cfg.Steps {
 		m, err := l.step(ctx)
 		if err != nil {
@@ -501,14 +526,37 @@ func (l *Loop) Run(ctx context.Context) (summary Summary, err error) {
 			}
 		}
 		if l.cfg.ValEvery > 0 && l.state.Step%l.cfg.ValEvery == 0 && l.state.Step < l.cfg.Steps {
-			if _, err := l.validate(ctx); err != nil {
+			m, err := l.validate(ctx)
+			if err != nil {
+				return summary, err
+			}
+			if err := l.keepBest(m); err != nil {
 				return summary, err
 			}
 		}
 	}
-	summary.After, err = l.validate(ctx)
+	if summary.After, err = l.validate(ctx); err != nil {
+		return summary, err
+	}
+	err = l.keepBest(summary.After)
+	summary.Best = l.state.Best
 	summary.Elapsed = time.Since(start)
 	return summary, err
+}
+
+// keepBest saves the served weights to BestDir when validation m (of
+// them) beats the best so far (keep_best).
+func (l *Loop) keepBest(m StepMetrics) error {
+	if !l.cfg.KeepBest || m.Rollouts == 0 || !l.state.Best.better(m) {
+		return nil
+	}
+	prev := l.state.Best
+	l.state.Best = &Best{Step: m.Step, Version: m.Version, SuccessRate: m.SuccessRate, RewardMean: m.RewardMean}
+	if err := l.save(BestDir(l.dataDir)); err != nil {
+		l.state.Best = prev
+		return fmt.Errorf("keep best: %w", err)
+	}
+	return nil
 }
 
 // Summary is a run's before/after picture.
@@ -517,6 +565,9 @@ type Summary struct {
 	Train         []StepMetrics
 	Filter        FilterStats
 	Elapsed       time.Duration
+	// Best is the best validation, whose weights are in BestDir
+	// (keep_best; nil without).
+	Best *Best
 }
 
 func (l *Loop) progress(m StepMetrics, start time.Time) {
@@ -836,10 +887,17 @@ func (l *Loop) dropMetricsAfter(step int) error {
 // CheckpointDir is where the latest checkpoint lives.
 func CheckpointDir(dataDir string) string { return filepath.Join(dataDir, "checkpoint") }
 
-// checkpoint writes weights, optimizer state and loop state, replacing the
-// previous checkpoint atomically (write aside, then rename).
-func (l *Loop) checkpoint() error {
-	dir := CheckpointDir(l.dataDir)
+// BestDir is where keep_best keeps the weights of the best validation (a
+// checkpoint like CheckpointDir's, its state.json's best naming it).
+func BestDir(dataDir string) string { return filepath.Join(dataDir, "best") }
+
+// checkpoint writes weights, optimizer state and loop state to
+// CheckpointDir.
+func (l *Loop) checkpoint() error { return l.save(CheckpointDir(l.dataDir)) }
+
+// save writes weights, optimizer state and loop state to dir, replacing
+// what it held atomically (write aside, then rename).
+func (l *Loop) save(dir string) error {
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
 	for _, p := range l.pols {

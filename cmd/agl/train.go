@@ -260,5 +260,9 @@ func runTrain(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Wr
 	fmt.Fprintf(stdout, "\ndone in %s: validation success %.1f%% → %.1f%% (reward %.3f → %.3f) over %d held-out tasks\nmetrics %s\ncurve   %s\ncheckpoint %s\n",
 		sum.Elapsed.Round(time.Second), 100*sum.Before.SuccessRate, 100*sum.After.SuccessRate, sum.Before.RewardMean,
 		sum.After.RewardMean, sum.After.Rollouts, filepath.Join(c.DataDir, "metrics.jsonl"), curve, ckpt)
+	if b := sum.Best; b != nil {
+		fmt.Fprintf(stdout, "best    %s: validation success %.1f%% (reward %.3f) at step %d (v%d)\n",
+			trainer.BestDir(c.DataDir), 100*b.SuccessRate, b.RewardMean, b.Step, b.Version)
+	}
 	return nil
 }
