@@ -227,6 +227,18 @@ func (c *Client) Terminal(ctx context.Context, after int64, limit int, wait time
 	return out.Rollouts, out.NextCursor, nil
 }
 
+// Source reads a gateway's store through its API the way a store does
+// (samples.Source): Terminal without a wait, GetRollout and ListEvents as
+// the Client has them. It needs the admin key.
+type Source struct{ *Client }
+
+// Terminal returns at most limit rollouts that became terminal after the
+// cursor, without waiting for more.
+func (s Source) Terminal(ctx context.Context, after int64, limit int) ([]store.Rollout, error) {
+	rs, _, err := s.Client.Terminal(ctx, after, limit, 0)
+	return rs, err
+}
+
 // RegisterModel registers a model version.
 func (c *Client) RegisterModel(ctx context.Context, m store.Model) (store.Model, error) {
 	var out store.Model

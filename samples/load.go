@@ -7,12 +7,20 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// Load reads terminal rollouts from a store, in the order they became
+// Source is what Load reads: a store.Store, or a gateway's API
+// (api.Source).
+type Source interface {
+	Terminal(ctx context.Context, after int64, limit int) ([]store.Rollout, error)
+	GetRollout(ctx context.Context, id string) (store.Rollout, error)
+	ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error)
+}
+
+// Load reads terminal rollouts from a store (or a gateway), in the order they became
 // terminal, starting after the cursor after (a TerminalSeq; 0 from the
 // start), at most limit of them (0: all). Each rollout comes with its
 // attempts (for FinalAttempt) and its "model_request" and "reward" events.
 // next is the cursor to continue from (after when nothing was read).
-func Load(ctx context.Context, st store.Store, after int64, limit int) (rs []store.Rollout, events map[string][]store.Event, next int64, err error) {
+func Load(ctx context.Context, st Source, after int64, limit int) (rs []store.Rollout, events map[string][]store.Event, next int64, err error) {
 	const page = 256
 	events = map[string][]store.Event{}
 	next = after

@@ -61,8 +61,8 @@ func commands() []command {
 			{name: "init", args: "--out DIR (--config FILE | --preset NAME) [flags]", summary: "create a model with random weights and a tokenizer", run: runModelInit},
 			{name: "info", args: "DIR", summary: "describe a model directory: architecture, parameters, tokenizer, optimizer state", run: runModelInfo},
 		}},
-		{name: "sft", args: "--model DIR --data FILE.jsonl --out DIR [flags]", summary: "supervised warm start on a JSONL of conversations", run: runSFT,
-			about: "Trains the model of --model on the assistant replies of a JSONL of conversations (the\nrest of each conversation is context, not trained) and writes the checkpoint to --out.\nAn interrupt (Ctrl-C) saves the steps done."},
+		{name: "sft", args: "--model DIR (--data FILE.jsonl | --from DATA_DIR|GATEWAY_URL) --out DIR [flags]", summary: "supervised fine-tuning on conversations or on stored rollouts", run: runSFT,
+			about: "Trains the model of --model on the assistant replies of a JSONL of conversations (the\nrest of each conversation is context, not trained) and writes the checkpoint to --out.\nWith --from it trains on the calls a data dir's or a gateway's store recorded instead:\ntheir exact token ids and loss masks, merged as training merges them, duplicates\nremoved, selected by --min-reward, --mode, --rl-steps, --agent and --policy; --dry-run\nprints what would train. An interrupt (Ctrl-C) saves the steps done."},
 		{name: "store", summary: "check, repair and prune a data dir's store", subs: []command{
 			{name: "recover", args: "[flags]", summary: "reopen a SQLite store whose event journal a normal open refuses", run: runStoreRecover,
 				about: "Opens a SQLite store whose event journal a normal open refuses (damaged, missing, of an\nunknown generation): keeps every intact journaled record, applies it, reports what was\nlost, and leaves the data dir openable. It takes the data dir's lock: stop the gateway or\ntrainer using it first."},

@@ -8,14 +8,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/model"
+	"github.com/aglrl/agl/samples"
+	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/tokenizer"
 )
 
@@ -24,12 +31,12 @@ import (
 // the assistant's tokens only (chat template's RenderMasked).
 func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	modelDir := fs.String("model", "", "model directory (config.json, *.safetensors, tokenizer.json) (required)")
-	data := fs.String("data", "", "JSONL file of conversations: {\"messages\":[...],\"tools\":[...]} per line (required)")
+	data := fs.String("data", "", "JSONL file of conversations: {\"messages\":[...],\"tools\":[...]} per line")
 	out := fs.String("out", "", "output checkpoint directory (required; may equal --model)")
 	epochs := fs.Int("epochs", 1, "passes over the data")
 	steps := fs.Int("steps", 0, "optimizer steps (overrides --epochs when > 0)")
 	batchSize := fs.Int("batch-size", 8, "conversations per step")
-	maxLen := fs.Int("max-len", 1024, "truncate rendered conversations to this many tokens")
+	maxLen := fs.Int("max-len", 1024, "truncate rendered conversations (and stored samples) to this many tokens")
 	lr := fs.Float64("lr", 1e-3, "AdamW learning rate")
 	wd := fs.Float64("weight-decay", 0.01, "AdamW decoupled weight decay (matrices only)")
 	clip := fs.Float64("clip", 1, "global gradient-norm clip (0: off)")
@@ -39,21 +46,37 @@ func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writ
 	every := fs.Int("log-every", 0, "status line every N steps (default: about 20 lines)")
 	evalPath := fs.String("eval", "", "JSONL of held-out conversations: after training, report their replies' loss and how many greedy decoding writes exactly")
 	saveEvery := fs.Int("save-every", 100, "write the checkpoint to --out every N steps (0: only at the end); an interrupt (Ctrl-C) also saves the steps done")
+	from := fs.String("from", "", "train on the stored calls of a data dir, or of a gateway (http URL; admin key from AGL_ADMIN_KEY), instead of --data: their exact token ids, loss on the responses")
+	minReward := fs.String("min-reward", "", "with --from: only rollouts whose reward is at least this")
+	mode := fs.String("mode", "", "with --from: only rollouts of this mode (train or val)")
+	rlSteps := fs.String("rl-steps", "", "with --from: only rollouts of these training steps, A..B or A")
+	var agents stringList
+	fs.Var(&agents, "agent", "with --from: only this agent's calls (repeatable; \"\" the default agent)")
+	policy := fs.String("policy", "", "with --from: only the calls served by this policy (model name)")
+	dryRun := fs.Bool("dry-run", false, "with --from: print what would train (one line per sample, then the totals) and stop")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := noArgs(fs); err != nil {
 		return err
 	}
-	if *modelDir == "" || *data == "" || *out == "" {
-		return usagef("want --model DIR --data FILE.jsonl --out DIR")
+	filter, err := sftFilter(*from, *minReward, *mode, *rlSteps, agents, *policy, *dryRun)
+	if err != nil {
+		return err
+	}
+	if *modelDir == "" || (*data == "") == (*from == "") || (*out == "" && !*dryRun) {
+		return usagef("want --model DIR (--data FILE.jsonl | --from DATA_DIR|GATEWAY_URL) --out DIR")
 	}
 	tmpl, err := chat.LoadDir(*modelDir)
 	if err != nil {
 		return fmt.Errorf("sft: %w", err)
 	}
-	examples, err := readSFTData(*data, tmpl, *maxLen)
-	if err != nil {
+	var examples []model.Example
+	if *from != "" {
+		if examples, err = storeExamples(ctx, *from, filter, *maxLen, *dryRun, stdout); err != nil || *dryRun {
+			return err
+		}
+	} else if examples, err = readSFTData(*data, tmpl, *maxLen); err != nil {
 		return err
 	}
 	var held []model.Example
@@ -69,6 +92,9 @@ func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writ
 	opt.LR, opt.WeightDecay, opt.ClipNorm = *lr, *wd, *clip
 	w, err := model.Load(*modelDir)
 	if err != nil {
+		return err
+	}
+	if err := checkVocab(examples, w.Config.VocabSize, *modelDir); err != nil {
 		return err
 	}
 	m, err := model.New(w.Config, model.TrainBackend(*backend))
@@ -124,6 +150,96 @@ func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writ
 		return nil
 	}
 	return evalHeldOut(ctx, *out, *backend, *evalPath, held, tmpl.StopIDs(), stdout)
+}
+
+// sftFilter reads the --from filter flags (refused without --from).
+func sftFilter(from, minReward, mode, steps string, agents []string, policy string, dryRun bool) (samples.SFTFilter, error) {
+	f := samples.SFTFilter{Mode: store.Mode(mode), Agents: agents, Policy: policy}
+	if from == "" {
+		if minReward != "" || mode != "" || steps != "" || agents != nil || policy != "" || dryRun {
+			return f, usagef("--min-reward, --mode, --rl-steps, --agent, --policy and --dry-run select stored calls: they need --from")
+		}
+		return f, nil
+	}
+	if minReward != "" {
+		r, err := strconv.ParseFloat(minReward, 64)
+		if err != nil || math.IsNaN(r) {
+			return f, usagef("--min-reward %q: want a number", minReward)
+		}
+		f.MinReward = &r
+	}
+	if mode != "" && f.Mode != store.ModeTrain && f.Mode != store.ModeVal {
+		return f, usagef("--mode %q: want train or val", mode)
+	}
+	if steps != "" {
+		r, err := samples.ParseStepRange(steps)
+		if err != nil {
+			return f, usagef("--rl-steps: %v", err)
+		}
+		f.Steps = &r
+	}
+	return f, nil
+}
+
+// storeExamples reads the terminal rollouts of a data dir (read-only,
+// beside a running gateway) or of a gateway's API and turns the calls f
+// selects into examples (samples.SFTSamples). An empty selection is
+// refused, naming the filter; dryRun prints the samples and totals.
+func storeExamples(ctx context.Context, from string, f samples.SFTFilter, maxLen int, dryRun bool, stdout io.Writer) ([]model.Example, error) {
+	var src samples.Source
+	if strings.HasPrefix(from, "http://") || strings.HasPrefix(from, "https://") {
+		src = api.Source{Client: api.NewClient(from, os.Getenv("AGL_ADMIN_KEY"))}
+	} else {
+		if _, err := os.Stat(from); err != nil {
+			return nil, fmt.Errorf("sft: --from: %w", err)
+		}
+		st, err := openReadStore(ctx, config.Config{DataDir: from}, "sft", os.Stderr)
+		if err != nil {
+			return nil, fmt.Errorf("sft: --from %s: %w", from, err)
+		}
+		defer st.Close()
+		src = st
+	}
+	rs, evs, _, err := samples.Load(ctx, src, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sft: --from %s: %w", from, err)
+	}
+	ss, stats := samples.SFTSamples(rs, evs, f, samples.BuildConfig{MaxSeqLen: maxLen})
+	if len(ss) == 0 {
+		return nil, fmt.Errorf("sft: --from %s: no stored call to train on matches the filter (%s): %s", from, f, stats.Why())
+	}
+	if dryRun {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ROLLOUT\tATTEMPT\tAGENT\tCALLS\tTOKENS\tTRAINED\tREWARD")
+		for _, s := range ss {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%g\n", s.RolloutID, s.AttemptID, dash(s.Agent), len(s.CallIDs), len(s.IDs), s.Trained(), s.Reward)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(stdout, "sft: --from %s (%s): %d samples, %d tokens (%d trained) from %d of %d rollouts; %d duplicate samples and %d retried calls left out\n",
+		from, f, stats.Samples, stats.Tokens, stats.TrainedTokens, stats.Matched, stats.Rollouts, stats.Duplicates, stats.RetriedCalls)
+	out := make([]model.Example, len(ss))
+	for i, s := range ss {
+		mask := make([]bool, len(s.LossMask))
+		for j, m := range s.LossMask {
+			mask[j] = m == 1
+		}
+		out[i] = model.Example{IDs: s.IDs, Mask: mask}
+	}
+	return out, nil
+}
+
+// checkVocab refuses examples with ids the model's vocabulary does not
+// hold (stored calls of another model's tokenizer).
+func checkVocab(examples []model.Example, vocab int, dir string) error {
+	for i, ex := range examples {
+		for _, id := range ex.IDs {
+			if id < 0 || int(id) >= vocab {
+				return fmt.Errorf("sft: example %d holds token id %d, outside the vocabulary of %s (%d ids): data of another tokenizer?", i+1, id, dir, vocab)
+			}
+		}
+	}
+	return nil
 }
 
 // evalHeldOut reports how the checkpoint in dir does on held-out
