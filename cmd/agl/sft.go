@@ -204,7 +204,7 @@ func storeExamples(ctx context.Context, from string, f samples.SFTFilter, maxLen
 	if err != nil {
 		return nil, fmt.Errorf("sft: --from %s: %w", from, err)
 	}
-	ss, stats := samples.SFTSamples(rs, evs, f, samples.BuildConfig{MaxSeqLen: maxLen})
+	ss, stats := samples.SFTSamples(rs, evs, f, samples.BuildConfig{MaxSeqLen: maxLen, MergeAcrossVersions: true})
 	if len(ss) == 0 {
 		return nil, fmt.Errorf("sft: --from %s: no stored call to train on matches the filter (%s): %s", from, f, stats.Why())
 	}
