@@ -26,9 +26,11 @@ import (
 	"github.com/aglrl/agl/tokenizer"
 )
 
-// runSFT is `agl sft`: supervised warm start of a model directory on a JSONL
-// file of conversations (one chat.Conversation per line), with the loss on
-// the assistant's tokens only (chat template's RenderMasked).
+// runSFT is `agl sft`: supervised fine-tuning of a model directory on a
+// JSONL file of conversations (one chat.Conversation per line), with the
+// loss on the assistant's tokens only (chat template's RenderMasked), or
+// with --from on the calls a store recorded (samples.SFTSamples: their
+// exact ids and loss masks).
 func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	modelDir := fs.String("model", "", "model directory (config.json, *.safetensors, tokenizer.json) (required)")
 	data := fs.String("data", "", "JSONL file of conversations: {\"messages\":[...],\"tools\":[...]} per line")
