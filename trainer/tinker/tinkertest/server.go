@@ -23,7 +23,7 @@ import (
 	"github.com/aglrl/agl/trainer/tinker"
 )
 
-// Server is the stand-in. Its fields are safe to read under Lock/Unlock.
+// Server is the stand-in; read its state through its methods.
 type Server struct {
 	*httptest.Server
 	Key   string
@@ -33,18 +33,17 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	models   map[string]*trainModel
+	order    []string // model ids in creation order
 	futures  map[string]future
 	saved    map[string]*Bigram // tinker:// path → weights (and Adam state)
 	nextID   int
 	faults   map[string][]int // endpoint → statuses to answer next
 	tryAgain int
-	// Requests counts the calls per endpoint; Errors lists the requests
-	// the stand-in refused as malformed (a test fails on any).
-	Requests map[string]int
-	Errors   []string
-	// LastGrad is the gradient the last optim_step applied (before
-	// clipping), for loss-semantics tests.
-	LastGrad []float64
+	// requests counts the calls per endpoint (Count); errors lists the
+	// requests the stand-in refused as malformed (MalformedRequests).
+	requests map[string]int
+	errors   []string
+	lastGrad []float64
 	// OnRequest, when set, sees every request's path, headers and body.
 	OnRequest func(path string, h http.Header, body []byte)
 }
@@ -67,7 +66,7 @@ type future struct {
 // model seeded by seed.
 func New(key string, vocab int, seed uint64) *Server {
 	s := &Server{Key: key, Vocab: vocab, Seed: seed, sessions: map[string]*session{}, models: map[string]*trainModel{},
-		futures: map[string]future{}, saved: map[string]*Bigram{}, faults: map[string][]int{}, Requests: map[string]int{}}
+		futures: map[string]future{}, saved: map[string]*Bigram{}, faults: map[string][]int{}, requests: map[string]int{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	return s
 }
@@ -107,23 +106,33 @@ func (s *Server) Snapshot(modelID string) *Bigram {
 	return nil
 }
 
-// Models lists the model ids created so far.
+// Models lists the model ids created so far, in order.
 func (s *Server) Models() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var ids []string
-	for id := range s.models {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Clone(s.order)
+}
+
+// Count is the number of requests to path so far.
+func (s *Server) Count(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[path]
+}
+
+// LastGrad is the gradient the last optim_step applied (before
+// clipping), for loss-semantics tests.
+func (s *Server) LastGrad() []float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lastGrad)
 }
 
 // MalformedRequests returns the stand-in's refusals of malformed requests.
 func (s *Server) MalformedRequests() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.Errors)
+	return slices.Clone(s.errors)
 }
 
 type httpError struct {
@@ -144,7 +153,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.Requests[r.URL.Path]++
+	s.requests[r.URL.Path]++
 	ctype, out, err := s.serve(r, body)
 	if err != nil {
 		he, ok := err.(*httpError)
@@ -152,7 +161,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			he = &httpError{http.StatusInternalServerError, err.Error()}
 		}
 		if he.status == http.StatusBadRequest || he.status == http.StatusUnsupportedMediaType {
-			s.Errors = append(s.Errors, r.URL.Path+": "+he.msg)
+			s.errors = append(s.errors, r.URL.Path+": "+he.msg)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(he.status)
@@ -243,6 +252,7 @@ func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 			return "", nil, bad("create_model: model %s exists", id)
 		}
 		s.models[id] = &trainModel{session: q.SessionID, m: NewBigram(s.Vocab, s.Seed)}
+		s.order = append(s.order, id)
 		return s.futureJSON(map[string]any{"model_id": id, "type": "create_model"}, id)
 	case "/api/v1/forward_backward":
 		q, err := tinker.UnmarshalForwardBackwardRequest(body)
@@ -275,7 +285,7 @@ func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		s.LastGrad = slices.Clone(m.m.Grad)
+		s.lastGrad = slices.Clone(m.m.Grad)
 		norm := m.m.Step(*q.AdamParams)
 		return s.futureJSON(map[string]any{"metrics": map[string]float64{"grad_norm:mean": norm}}, q.ModelID)
 	case "/api/v1/save_weights_for_sampler", "/api/v1/save_weights":
