@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -324,5 +325,106 @@ func TestCheckpointResume(t *testing.T) {
 	other.BaseModel = "another"
 	if _, err := tinker.New(context.Background(), client(t, s, key), other, dir, 2); err == nil || !strings.Contains(err.Error(), "base model") {
 		t.Errorf("resume on another base model: %v", err)
+	}
+}
+
+// mangler serves s through a proxy that rewrites the protobuf results of
+// retrieve_future with f (the body's decoded kind decides what to break).
+func mangler(t *testing.T, s *tinkertest.Server, f func(body []byte) []byte) *httptest.Server {
+	t.Helper()
+	h := s.Config.Handler
+	m := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		body := rec.Body.Bytes()
+		if r.URL.Path == "/api/v1/retrieve_future" && rec.Header().Get("Content-Type") == "application/x-protobuf" {
+			body = f(body)
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(m.Close)
+	return m
+}
+
+// Malformed, truncated, huge or inconsistent answers fail the call with
+// an error naming the endpoint; they never become samples or stats.
+func TestMalformedAnswers(t *testing.T) {
+	fbOut := func(f func(o *tinker.ForwardBackwardOutput)) func([]byte) []byte {
+		return func(b []byte) []byte {
+			o, err := tinker.UnmarshalForwardBackwardOutput(b)
+			if err != nil {
+				t.Errorf("the stand-in's forward_backward result: %v", err)
+			}
+			f(&o)
+			return o.Marshal()
+		}
+	}
+	sample := func(f func(r *tinker.SampleResponse)) func([]byte) []byte {
+		return func(b []byte) []byte {
+			r, err := tinker.UnmarshalSampleResponse(b)
+			if err != nil {
+				t.Errorf("the stand-in's sample result: %v", err)
+			}
+			f(&r)
+			return r.Marshal()
+		}
+	}
+	for _, tc := range []struct {
+		name, op, want string
+		mangle         func([]byte) []byte
+		limit          int64
+	}{
+		{"truncated fb", "step", "/api/v1/forward_backward: malformed answer", func(b []byte) []byte { return b[:len(b)-7] }, 0},
+		{"missing datum", "step", "/api/v1/forward_backward: 2 outputs for 3 datums",
+			fbOut(func(o *tinker.ForwardBackwardOutput) { o.Outputs = o.Outputs[:len(o.Outputs)-1] }), 0},
+		{"short logprobs", "step", "/api/v1/forward_backward: datum 0:",
+			fbOut(func(o *tinker.ForwardBackwardOutput) { o.Outputs[0]["logprobs"] = o.Outputs[0]["logprobs"][1:] }), 0},
+		{"nan loss", "step", "/api/v1/forward_backward: metric loss:sum is NaN",
+			fbOut(func(o *tinker.ForwardBackwardOutput) { o.Metrics["loss:sum"] = math.NaN() }), 0},
+		{"huge", "step", "/api/v1/retrieve_future: reading the answer: answer exceeds 4096 bytes",
+			func(b []byte) []byte { return append(b, make([]byte, 1<<20)...) }, 4096},
+		{"too many tokens", "sample", "/api/v1/asample: 5 tokens for max_tokens 4",
+			sample(func(r *tinker.SampleResponse) {
+				q := &r.Sequences[0]
+				q.Tokens, q.Logprobs = []int32{1, 2, 3, 4, 5}, []float32{-1, -1, -1, -1, -1}
+			}), 0},
+		{"logprob count", "sample", "/api/v1/asample: 2 logprobs for 3 tokens",
+			sample(func(r *tinker.SampleResponse) {
+				q := &r.Sequences[0]
+				q.Tokens, q.Logprobs = []int32{1, 2, 3}, []float32{-1, -1}
+			}), 0},
+		{"positive logprob", "sample", "/api/v1/asample: logprob 0.5 at token 0",
+			sample(func(r *tinker.SampleResponse) { r.Sequences[0].Logprobs[0] = 0.5 }), 0},
+		{"truncated sample", "sample", "/api/v1/asample: malformed answer", func(b []byte) []byte { return b[:len(b)-3] }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Only protobuf results are mangled: New's calls are all JSON.
+			s := standIn(t)
+			c, _ := tinker.NewClient(mangler(t, s, tc.mangle).URL, key)
+			c.RetryBase, c.MaxRetries = time.Millisecond, 1
+			if tc.limit > 0 {
+				c.MaxResponseBytes = tc.limit
+			}
+			o := options(tinker.LossPPO)
+			o.MicroBatchTokens = 1000
+			p, err := tinker.New(context.Background(), c, o, "", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ss := batch(s.Snapshot(s.Models()[0]), 8)[:3]
+			if tc.op == "step" {
+				_, err = p.Step(context.Background(), ss)
+			} else {
+				_, err = p.Engine().Generate(context.Background(), []int32{1, 2}, engine.Sampling{Temperature: 1, MaxTokens: 4, Seed: 1})
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %v, want one line containing %q", err, tc.want)
+			}
+		})
 	}
 }
