@@ -22,6 +22,23 @@ const (
 	LossCrossEntropy       = "cross_entropy"
 )
 
+// The services whose loss semantics agl knows (Options.Server).
+const (
+	// ServerTinker is Thinking Machines' Tinker: each built-in loss is the
+	// per-token SUM over the datums.
+	ServerTinker = "tinker"
+	// ServerSkyRLJAX is SkyRL's Tinker server on its JAX backend: each
+	// datum's loss is divided by the sum of its weights (all ones for the
+	// policy losses), so agl scales the datum's advantages by its target
+	// count to restore the SUM; cross_entropy, whose weighted per-datum
+	// mean no scaling can undo, is refused.
+	ServerSkyRLJAX = "skyrl-jax"
+	// ServerSkyRLTrain is SkyRL's Tinker server on its FSDP/Megatron
+	// backends, where only cross_entropy and importance_sampling are
+	// wired: ppo is refused.
+	ServerSkyRLTrain = "skyrl-train"
+)
+
 // LoRA is the adapter a policy trains (the SDK's LoraConfig).
 type LoRA struct {
 	Rank                              int
@@ -63,12 +80,16 @@ type Options struct {
 	MicroBatchTokens int
 	// MaxContext is the base model's context length (prompt + response).
 	MaxContext int
+	// Server is ServerTinker (default), ServerSkyRLJAX or
+	// ServerSkyRLTrain: the loss semantics the datums are built for.
+	Server string
 }
 
 // OptionsFrom fills o's loss and optimizer settings from the `trainer:`
-// section, refusing, by name, what Tinker's built-in losses cannot
-// compute.
+// section (its defaults applied), refusing, by name, what Tinker's
+// built-in losses cannot compute.
 func OptionsFrom(c trainer.Config, o Options) (Options, error) {
+	c = c.WithDefaults()
 	for _, x := range []struct {
 		name string
 		on   bool
@@ -95,6 +116,16 @@ func (o *Options) check() error {
 	}
 	if o.BaseModel == "" {
 		return errors.New("tinker policy: no base_model")
+	}
+	switch {
+	case o.Server == "":
+		o.Server = ServerTinker
+	case o.Server != ServerTinker && o.Server != ServerSkyRLJAX && o.Server != ServerSkyRLTrain:
+		return fmt.Errorf("tinker policy: server %q: want tinker, skyrl-jax or skyrl-train", o.Server)
+	case o.Server == ServerSkyRLJAX && o.Loss == LossCrossEntropy:
+		return errors.New("tinker policy: cross_entropy on skyrl-jax: the server averages each datum's loss over its weights, which agl's per-token weights cannot undo")
+	case o.Server == ServerSkyRLTrain && o.Loss == LossPPO:
+		return errors.New("tinker policy: ppo on skyrl-train: the server wires only cross_entropy and importance_sampling")
 	}
 	if o.LoRA.Rank <= 0 {
 		return fmt.Errorf("tinker policy: lora rank %d: want > 0", o.LoRA.Rank)
@@ -230,8 +261,10 @@ type datumTokens struct {
 // and mask m fold into the per-token SUM Tinker computes: for the policy
 // losses advantages = w·m·A with logprobs the sampling log-probs, for
 // cross_entropy weights = w·m. Then Tinker's Σ_t advantages_t·ℓ_t is
-// agl's Σ_t w_t·m_t·ℓ_t(A_t), for weights ≥ 0 (ApplyWeights's are).
-func Datums(ss []*samples.Sample, loss string) ([]Datum, error) {
+// agl's Σ_t w_t·m_t·ℓ_t(A_t), for weights ≥ 0 (ApplyWeights's are). For
+// ServerSkyRLJAX the advantages are also multiplied by the datum's
+// target count, which that server divides the datum's loss by.
+func Datums(ss []*samples.Sample, loss, server string) ([]Datum, error) {
 	ds := make([]Datum, 0, len(ss))
 	for k, s := range ss {
 		n := len(s.IDs)
@@ -243,6 +276,10 @@ func Datums(ss []*samples.Sample, loss string) ([]Datum, error) {
 				k, s.RolloutID, n, len(s.LossMask), len(s.Logprobs), len(s.Weights))
 		}
 		adv := s.TokenAdvantages()
+		scale := float32(1)
+		if server == ServerSkyRLJAX {
+			scale = float32(n - 1)
+		}
 		w := make([]float32, n-1)
 		a := make([]float32, n-1)
 		lp := make([]float32, n-1)
@@ -255,7 +292,7 @@ func Datums(ss []*samples.Sample, loss string) ([]Datum, error) {
 				return nil, fmt.Errorf("tinker: sample %d (rollout %s): negative loss weight %v", k, s.RolloutID, s.Weights[j])
 			}
 			w[i] = s.Weights[j]
-			a[i] = s.Weights[j] * adv[j]
+			a[i] = scale * s.Weights[j] * adv[j]
 			lp[i] = s.Logprobs[j]
 		}
 		d := Datum{Tokens: s.IDs[:n-1], Inputs: map[string]Tensor{"target_tokens": Int64Tensor(s.IDs[1:])}}
@@ -300,7 +337,7 @@ func (p *Policy) Step(ctx context.Context, ss []samples.Sample) (trainer.StepSta
 	}
 	var calls []call
 	for _, b := range packed {
-		ds, err := Datums(b.Samples, p.o.Loss)
+		ds, err := Datums(b.Samples, p.o.Loss, p.o.Server)
 		if err != nil {
 			return trainer.StepStats{}, err
 		}
@@ -381,7 +418,7 @@ func (p *Policy) readOutput(out ForwardBackwardOutput, req ForwardBackwardReques
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return fmt.Errorf("metric %s is %v", k, v)
 		}
-		if k == "loss:sum" {
+		if k == "loss:sum" || k == "total_loss:sum" { // Tinker's, SkyRL-Train's
 			st.Loss += v
 		}
 	}

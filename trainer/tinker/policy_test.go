@@ -131,19 +131,24 @@ func reference(t *testing.T, m *tinkertest.Bigram, ss []samples.Sample, loss str
 // loss gradient for the same samples: weights folded into advantages
 // (policy losses) or into the cross-entropy weights. importance_sampling
 // is agl's loss without a clip; ppo is agl's clipped loss with
-// trainer.clip_low/high.
+// trainer.clip_low/high. On a server that averages each datum's loss
+// (SkyRL's JAX backend) the datums are scaled to give the same gradient.
 func TestLossSemantics(t *testing.T) {
 	for _, tc := range []struct {
-		loss string
-		cfg  samples.LossConfig
+		loss, server string
+		cfg          samples.LossConfig
 	}{
-		{tinker.LossImportanceSampling, samples.LossConfig{ClipLow: 1, ClipHigh: 1e9}},
-		{tinker.LossPPO, samples.LossConfig{ClipLow: 0.2, ClipHigh: 0.28}},
-		{tinker.LossCrossEntropy, samples.LossConfig{}},
+		{tinker.LossImportanceSampling, tinker.ServerTinker, samples.LossConfig{ClipLow: 1, ClipHigh: 1e9}},
+		{tinker.LossPPO, tinker.ServerTinker, samples.LossConfig{ClipLow: 0.2, ClipHigh: 0.28}},
+		{tinker.LossCrossEntropy, tinker.ServerTinker, samples.LossConfig{}},
+		{tinker.LossPPO, tinker.ServerSkyRLJAX, samples.LossConfig{ClipLow: 0.2, ClipHigh: 0.28}},
 	} {
-		t.Run(tc.loss, func(t *testing.T) {
+		t.Run(tc.loss+"-"+tc.server, func(t *testing.T) {
 			s := standIn(t)
-			p := newPolicy(t, s, options(tc.loss))
+			s.PerDatumMean = tc.server == tinker.ServerSkyRLJAX
+			o := options(tc.loss)
+			o.Server = tc.server
+			p := newPolicy(t, s, o)
 			m0 := s.Snapshot(s.Models()[0])
 			ss := batch(m0, 3)
 			st, err := p.Step(context.Background(), ss)
@@ -426,5 +431,24 @@ func TestMalformedAnswers(t *testing.T) {
 				t.Fatalf("error %v, want one line containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// What a server's loss semantics cannot express is refused by name.
+func TestServerRefusals(t *testing.T) {
+	s := standIn(t)
+	for _, tc := range []struct{ server, loss, want string }{
+		{tinker.ServerSkyRLJAX, tinker.LossCrossEntropy, "cross_entropy on skyrl-jax"},
+		{tinker.ServerSkyRLTrain, tinker.LossPPO, "ppo on skyrl-train"},
+		{"verl", tinker.LossPPO, `server "verl"`},
+	} {
+		o := options(tc.loss)
+		o.Server = tc.server
+		if _, err := tinker.New(context.Background(), client(t, s, key), o, "", 1); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s/%s: %v", tc.server, tc.loss, err)
+		}
+	}
+	if len(s.Models()) != 0 {
+		t.Errorf("a refused policy created models %v", s.Models())
 	}
 }

@@ -29,6 +29,9 @@ type Server struct {
 	Key   string
 	Vocab int
 	Seed  uint64
+	// PerDatumMean makes the policy losses divide each datum's loss by
+	// its target count, as SkyRL's JAX backend does (weights all ones).
+	PerDatumMean bool
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -531,6 +534,10 @@ func (s *Server) forwardBackward(m *Bigram, q tinker.ForwardBackwardRequest) (ti
 		}
 		lp := m.Logprobs(d.Tokens, targets)
 		g := make([]float64, n)
+		norm := 1.0
+		if s.PerDatumMean && q.LossFn != "cross_entropy" {
+			norm = float64(n)
+		}
 		for t := range lp {
 			switch q.LossFn {
 			case "cross_entropy":
@@ -542,14 +549,14 @@ func (s *Server) forwardBackward(m *Bigram, q tinker.ForwardBackwardRequest) (ti
 				r := math.Exp(lp[t] - qlp)
 				l1 := r * A
 				if q.LossFn == "importance_sampling" {
-					total += -l1
-					g[t] = -r * A
+					total += -l1 / norm
+					g[t] = -r * A / norm
 					continue
 				}
 				l2 := math.Max(lo, math.Min(r, hi)) * A
-				total += -math.Min(l1, l2)
+				total += -math.Min(l1, l2) / norm
 				if l1 <= l2 {
-					g[t] = -r * A
+					g[t] = -r * A / norm
 				}
 			}
 		}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aglrl/agl/trainer"
+	"github.com/aglrl/agl/trainer/tinker/tinkertest"
+)
+
+// TestTrainTinkerPolicy runs `agl train` with the writer on a tinker
+// policy (the loopback stand-in of a Tinker service) beside a frozen
+// embedded checker and rewriter and an upstream judge: the writer's
+// calls are sampled through the service from the gateway's token ids,
+// its samples trained with forward_backward and optim_step, each version
+// published with save_weights_for_sampler and checkpointed with
+// save_weights; --resume restores it with load_weights.
+func TestTrainTinkerPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains through a stand-in service")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, vllmAnswer)
+	}))
+	defer up.Close()
+	svc := tinkertest.New("tml-stand-in", 0, 11)
+	defer svc.Close()
+	t.Setenv("AGL_TEST_TINKER_KEY", "tml-stand-in")
+	cfgPath := trainDir(t, ctx, dir, "testdata/agents_harness.py", 6, func(string) string {
+		return fmt.Sprintf(`data_dir: run
+policies:
+  writer:
+    kind: tinker
+    model_dir: model
+    agents: [writer]
+    tinker: {base_model: stand-in/bigram, base_url: %q, api_key_env: AGL_TEST_TINKER_KEY, lora: {rank: 8}, max_context: 512}
+  rewriter: {kind: frozen, model_dir: model, agents: [rewriter]}
+  checker: {kind: frozen, model_dir: model, agents: [checker]}
+  judge: {kind: upstream, agents: [judge], upstream: {models: [{name: m, endpoints: [%q]}]}}
+proxy:
+  agents: {rewriter-model: rewriter}
+controller:
+  command: [%q]
+  env: {%s: agents}
+  concurrency: 4
+trainer:
+  tasks: tasks.jsonl
+  val_fraction: 0.34
+  steps: 1
+  tasks_per_step: 2
+  group_size: 4
+  lr: 0.01
+  drop_uniform_groups: false
+  rollout: {timeout_seconds: 120, max_attempts: 2}
+`, svc.URL, up.URL+"/v1", self, harnessEnv)
+	})
+	var vocab struct {
+		N int `json:"vocab_size"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "model", "config.json"))
+	if err != nil || json.Unmarshal(b, &vocab) != nil || vocab.N == 0 {
+		t.Fatalf("model config: %v %s", err, b)
+	}
+	svc.Vocab = vocab.N
+	var out bytes.Buffer
+	if err := run(ctx, []string{"train", cfgPath}, &out, &out); err != nil {
+		t.Fatalf("train: %v\n%s", err, out.String())
+	}
+	if err := run(ctx, []string{"train", "--resume", "--steps", "2", cfgPath}, &out, &out); err != nil {
+		t.Fatalf("resume: %v\n%s", err, out.String())
+	}
+	t.Logf("train output:\n%s", out.String())
+	if bad := svc.MalformedRequests(); len(bad) > 0 {
+		t.Fatalf("the stand-in refused requests: %q", bad)
+	}
+	ckpt := trainer.CheckpointDir(filepath.Join(dir, "run"))
+	state, err := trainer.LoadState(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Step != 2 || state.Versions["writer"] != 3 {
+		t.Fatalf("checkpoint state %+v: want step 2 and writer at version 3", state)
+	}
+	ck, err := os.ReadFile(filepath.Join(ckpt, trainer.PolicyDir("writer"), "tinker.json"))
+	if err != nil || !strings.Contains(string(ck), "tinker://") {
+		t.Fatalf("writer checkpoint: %v %s", err, ck)
+	}
+	for path, want := range map[string]int{"/api/v1/create_model": 2, "/api/v1/load_weights": 1, "/api/v1/optim_step": 2} {
+		if got := svc.Count(path); got != want {
+			t.Errorf("%s: %d calls, want %d", path, got, want)
+		}
+	}
+	if svc.Count("/api/v1/asample") == 0 || svc.Count("/api/v1/forward_backward") < 2 {
+		t.Errorf("sample %d, forward_backward %d calls", svc.Count("/api/v1/asample"), svc.Count("/api/v1/forward_backward"))
+	}
+	if _, err := os.Stat(filepath.Join(ckpt, trainer.PolicyDir("checker"))); !os.IsNotExist(err) {
+		t.Errorf("the frozen checker has a checkpoint: %v", err)
+	}
+}
