@@ -3,6 +3,7 @@ package tinker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -451,4 +452,58 @@ func TestServerRefusals(t *testing.T) {
 	if len(s.Models()) != 0 {
 		t.Errorf("a refused policy created models %v", s.Models())
 	}
+}
+
+// BenchmarkStep measures one step (forward_backward calls, optim_step,
+// save_weights_for_sampler) of 16 samples of 256 tokens (128 trained)
+// against the stand-in: the bytes on the wire per step and agl's share
+// of the step's wall time outside the service's serving time.
+func BenchmarkStep(b *testing.B) {
+	s := tinkertest.New(key, 256, 7)
+	defer s.Close()
+	c, err := tinker.NewClient(s.URL, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := options(tinker.LossPPO)
+	o.MicroBatchTokens = 4096
+	p, err := tinker.New(context.Background(), c, o, "", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	r := rand.New(rand.NewPCG(1, 2))
+	ss := make([]samples.Sample, 16)
+	for k := range ss {
+		n := 256
+		x := samples.Sample{RolloutID: fmt.Sprint(k), Advantage: r.Float64()*2 - 1,
+			IDs: make([]int32, n), LossMask: make([]uint8, n), Logprobs: make([]float32, n), Weights: make([]float32, n)}
+		for i := range x.IDs {
+			x.IDs[i] = int32(r.IntN(256))
+			if i >= n/2 {
+				x.LossMask[i], x.Logprobs[i], x.Weights[i] = 1, -5.5, 1.0/2048
+			}
+		}
+		ss[k] = x
+	}
+	sent0, recv0 := c.WireBytes()
+	busy0 := s.Busy()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Step(context.Background(), ss); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Publish(context.Background(), int64(i+2)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wall := time.Since(start)
+	sent, recv := c.WireBytes()
+	n := float64(b.N)
+	b.ReportMetric(float64(sent-sent0)/n, "sent-B/step")
+	b.ReportMetric(float64(recv-recv0)/n, "recv-B/step")
+	busy := s.Busy() - busy0
+	b.ReportMetric(1-float64(busy)/float64(wall), "agl-share")
+	b.ReportMetric(float64(wall-busy)/n/1e6, "agl-ms/step")
 }

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aglrl/agl/trainer/tinker"
 )
@@ -47,6 +48,7 @@ type Server struct {
 	requests map[string]int
 	errors   []string
 	lastGrad []float64
+	busy     time.Duration
 	// OnRequest, when set, sees every request's path, headers and body.
 	OnRequest func(path string, h http.Header, body []byte)
 }
@@ -131,6 +133,14 @@ func (s *Server) LastGrad() []float64 {
 	return slices.Clone(s.lastGrad)
 }
 
+// Busy is the time the stand-in spent serving requests (its "GPU work"
+// plus its decoding), for measuring the client's own share of a step.
+func (s *Server) Busy() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy
+}
+
 // MalformedRequests returns the stand-in's refusals of malformed requests.
 func (s *Server) MalformedRequests() []string {
 	s.mu.Lock()
@@ -157,7 +167,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests[r.URL.Path]++
+	start := time.Now()
 	ctype, out, err := s.serve(r, body)
+	s.busy += time.Since(start)
 	if err != nil {
 		he, ok := err.(*httpError)
 		if !ok {
