@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,43 +46,7 @@ func TestTrainTinkerPolicy(t *testing.T) {
 	defer up.Close()
 	svc := tinkertest.New("tml-stand-in", 0, 11)
 	defer svc.Close()
-	t.Setenv("AGL_TEST_TINKER_KEY", "tml-stand-in")
-	cfgPath := trainDir(t, ctx, dir, "testdata/agents_harness.py", 6, func(string) string {
-		return fmt.Sprintf(`data_dir: run
-policies:
-  writer:
-    kind: tinker
-    model_dir: model
-    agents: [writer]
-    tinker: {base_model: stand-in/bigram, base_url: %q, api_key_env: AGL_TEST_TINKER_KEY, lora: {rank: 8}, max_context: 512}
-  rewriter: {kind: frozen, model_dir: model, agents: [rewriter]}
-  checker: {kind: frozen, model_dir: model, agents: [checker]}
-  judge: {kind: upstream, agents: [judge], upstream: {models: [{name: m, endpoints: [%q]}]}}
-proxy:
-  agents: {rewriter-model: rewriter}
-controller:
-  command: [%q]
-  env: {%s: agents}
-  concurrency: 4
-trainer:
-  tasks: tasks.jsonl
-  val_fraction: 0.34
-  steps: 1
-  tasks_per_step: 2
-  group_size: 4
-  lr: 0.01
-  drop_uniform_groups: false
-  rollout: {timeout_seconds: 120, max_attempts: 2}
-`, svc.URL, up.URL+"/v1", self, harnessEnv)
-	})
-	var vocab struct {
-		N int `json:"vocab_size"`
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "model", "config.json"))
-	if err != nil || json.Unmarshal(b, &vocab) != nil || vocab.N == 0 {
-		t.Fatalf("model config: %v %s", err, b)
-	}
-	svc.Vocab = vocab.N
+	cfgPath := tinkerTrainDir(t, ctx, dir, svc, up.URL, self, 1)
 	var out bytes.Buffer
 	if err := run(ctx, []string{"train", cfgPath}, &out, &out); err != nil {
 		t.Fatalf("train: %v\n%s", err, out.String())
@@ -114,5 +80,169 @@ trainer:
 	}
 	if _, err := os.Stat(filepath.Join(ckpt, trainer.PolicyDir("checker"))); !os.IsNotExist(err) {
 		t.Errorf("the frozen checker has a checkpoint: %v", err)
+	}
+}
+
+// tinkerTrainDir writes a run of the agents harness with the writer on a
+// tinker policy served by svc (whose vocabulary it sets to the model's),
+// the rewriter and checker frozen embedded policies and the judge an
+// upstream at upURL.
+func tinkerTrainDir(t *testing.T, ctx context.Context, dir string, svc *tinkertest.Server, upURL, self string, steps int) string {
+	t.Helper()
+	t.Setenv("AGL_TEST_TINKER_KEY", "tml-stand-in")
+	cfgPath := trainDir(t, ctx, dir, "testdata/agents_harness.py", 6, func(string) string {
+		return fmt.Sprintf(`data_dir: run
+policies:
+  writer:
+    kind: tinker
+    model_dir: model
+    agents: [writer]
+    tinker: {base_model: stand-in/bigram, base_url: %q, api_key_env: AGL_TEST_TINKER_KEY, lora: {rank: 8}, max_context: 512}
+  rewriter: {kind: frozen, model_dir: model, agents: [rewriter]}
+  checker: {kind: frozen, model_dir: model, agents: [checker]}
+  judge: {kind: upstream, agents: [judge], upstream: {models: [{name: m, endpoints: [%q]}]}}
+proxy:
+  agents: {rewriter-model: rewriter}
+controller:
+  command: [%q]
+  env: {%s: agents}
+  concurrency: 4
+trainer:
+  tasks: tasks.jsonl
+  val_fraction: 0.34
+  steps: %d
+  tasks_per_step: 2
+  group_size: 4
+  lr: 0.01
+  drop_uniform_groups: false
+  rollout: {timeout_seconds: 120, max_attempts: 2}
+`, svc.URL, upURL+"/v1", self, harnessEnv, steps)
+	})
+	var vocab struct {
+		N int `json:"vocab_size"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "model", "config.json"))
+	if err != nil || json.Unmarshal(b, &vocab) != nil || vocab.N == 0 {
+		t.Fatalf("model config: %v %s", err, b)
+	}
+	svc.Vocab = vocab.N
+	return cfgPath
+}
+
+// TestTrainTinkerResumeAfterKill kills `agl train` with SIGKILL after its
+// first checkpoint; --resume restores the tinker policy with load_weights
+// from the checkpoint's tinker:// path and the run finishes its steps.
+func TestTrainTinkerResumeAfterKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds agl and trains through a stand-in service")
+	}
+	bin, err := buildAgl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, vllmAnswer)
+	}))
+	defer up.Close()
+	svc := tinkertest.New("tml-stand-in", 0, 11)
+	defer svc.Close()
+	const steps = 6
+	cfgPath := tinkerTrainDir(t, ctx, dir, svc, up.URL, self, steps)
+	cmd := exec.Command(bin, "train", cfgPath)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ckpt := trainer.CheckpointDir(filepath.Join(dir, "run"))
+	deadline := time.After(3 * time.Minute)
+	for !fileExists(filepath.Join(ckpt, trainer.PolicyDir("writer"), "tinker.json")) {
+		select {
+		case err := <-exited:
+			t.Fatalf("agl train exited before its first checkpoint: %v\n%s", err, out.String())
+		case <-deadline:
+			cmd.Process.Kill()
+			t.Fatalf("no checkpoint after 3 minutes\n%s", out.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	killed, err := trainer.LoadState(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if killed.Step >= steps {
+		t.Fatalf("the run finished (step %d) before the kill: the test proves nothing", killed.Step)
+	}
+	var rout bytes.Buffer
+	if err := run(ctx, []string{"train", "--resume", cfgPath}, &rout, &rout); err != nil {
+		t.Fatalf("resume: %v\n%s", err, rout.String())
+	}
+	state, err := trainer.LoadState(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Step != steps || state.Versions["writer"] != steps+1 {
+		t.Fatalf("after resume: %+v, want step %d and writer version %d (killed at step %d)", state, steps, steps+1, killed.Step)
+	}
+	if n := svc.Count("/api/v1/load_weights"); n != 1 {
+		t.Errorf("load_weights %d times", n)
+	}
+	if bad := svc.MalformedRequests(); len(bad) > 0 {
+		t.Fatalf("the stand-in refused requests: %q", bad)
+	}
+	t.Logf("killed after step %d; resumed to step %d", killed.Step, state.Step)
+}
+
+// A tinker policy whose model_dir lacks the tokenizer is refused before
+// anything is created on the service, naming the file.
+func TestTrainTinkerMissingTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	svc := tinkertest.New("tml-stand-in", 0, 11)
+	defer svc.Close()
+	cfgPath := tinkerTrainDir(t, ctx, dir, svc, "http://127.0.0.1:1", "true", 1)
+	// The writer's model_dir holds the chat template but no tokenizer; the
+	// frozen policies keep theirs.
+	cfg, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = bytes.Replace(cfg, []byte("model_dir: model\n    agents: [writer]"), []byte("model_dir: wmodel\n    agents: [writer]"), 1)
+	chatCfg, err := os.ReadFile(filepath.Join(dir, "model", "agl_chat.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "wmodel"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "wmodel", "agl_chat.json"), chatCfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	err = run(ctx, []string{"train", cfgPath}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "policy writer") || !strings.Contains(err.Error(), "wmodel/tokenizer.json") {
+		t.Fatalf("error %v, want one naming tokenizer.json", err)
+	}
+	if len(svc.Models()) != 0 {
+		t.Errorf("models created: %v", svc.Models())
 	}
 }
