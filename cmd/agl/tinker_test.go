@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/trainer"
 	"github.com/aglrl/agl/trainer/tinker/tinkertest"
 )
@@ -80,6 +83,50 @@ func TestTrainTinkerPolicy(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ckpt, trainer.PolicyDir("checker"))); !os.IsNotExist(err) {
 		t.Errorf("the frozen checker has a checkpoint: %v", err)
+	}
+	// Every writer call of step s was sampled through the service by the
+	// version step s started from (s: every step updates the writer), with
+	// a log-prob per token; the frozen checker stays at v1.
+	st, err := openStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rs, _, err := st.ListRollouts(ctx, store.RolloutFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writerCalls := 0
+	for _, r := range rs {
+		if r.Mode != store.ModeTrain {
+			continue
+		}
+		var step struct{ Step int }
+		json.Unmarshal(r.Metadata, &step)
+		evs, err := st.ListEvents(ctx, store.EventFilter{RolloutID: r.ID, Types: []string{store.EventModelRequest}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			var mc api.ModelCall
+			if err := json.Unmarshal(e.Data, &mc); err != nil {
+				t.Fatal(err)
+			}
+			switch mc.Agent {
+			case "writer":
+				writerCalls++
+				if mc.Model != "writer" || mc.ModelVersion != int64(step.Step) || len(mc.ResponseIDs) == 0 || len(mc.ResponseLogprobs) != len(mc.ResponseIDs) {
+					t.Errorf("%s (step %d): writer call %s v%d, %d ids, %d logprobs", r.ID, step.Step, mc.Model, mc.ModelVersion, len(mc.ResponseIDs), len(mc.ResponseLogprobs))
+				}
+			case "checker":
+				if mc.ModelVersion != 1 {
+					t.Errorf("%s: the frozen checker answered as v%d", r.ID, mc.ModelVersion)
+				}
+			}
+		}
+	}
+	if writerCalls == 0 {
+		t.Error("no writer call recorded")
 	}
 }
 
