@@ -159,8 +159,8 @@ func (c *Client) backoff(n int, h http.Header) time.Duration {
 	return min(d, c.RetryMax)
 }
 
-// call posts body to endpoint (or GETs when body is nil and method is
-// GET) and returns the 2xx answer, retrying per kind.
+// call posts body to endpoint and returns the 2xx answer, retrying per
+// kind with the same X-Idempotency-Key.
 func (c *Client) call(ctx context.Context, endpoint, ctype string, body []byte, accept string, kind retryKind) (response, error) {
 	key := idempotencyKey()
 	for n := 0; ; n++ {

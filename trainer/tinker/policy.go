@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aglrl/agl/samples"
 	"github.com/aglrl/agl/trainer"
@@ -475,6 +476,9 @@ func (p *Policy) Publish(ctx context.Context, version int64) error {
 	return nil
 }
 
+// checkpointTimeout bounds a save_weights (SaveCheckpoint has no context).
+const checkpointTimeout = 30 * time.Minute
+
 // SaveCheckpoint implements trainer.Policy: save_weights (weights and
 // optimizer state) on the service, its tinker:// path in dir/tinker.json.
 func (p *Policy) SaveCheckpoint(dir string) error {
@@ -488,7 +492,9 @@ func (p *Policy) SaveCheckpoint(dir string) error {
 	var r struct {
 		Path string `json:"path"`
 	}
-	err := p.c.result(context.Background(), "/api/v1/save_weights", map[string]any{"model_id": p.modelID,
+	ctx, cancel := context.WithTimeout(context.Background(), checkpointTimeout)
+	defer cancel()
+	err := p.c.result(ctx, "/api/v1/save_weights", map[string]any{"model_id": p.modelID,
 		"path": name, "seq_id": p.nextSeq(), "overwrite": false, "type": "save_weights"}, &r)
 	if err != nil {
 		return err
