@@ -206,7 +206,9 @@ func (c *Client) call(ctx context.Context, endpoint, ctype string, body []byte, 
 		retry := st == http.StatusTooManyRequests ||
 			(kind == readOnly && (st == http.StatusRequestTimeout || st == http.StatusConflict || st >= 500))
 		if !retry || n >= c.MaxRetries {
-			return response{}, &APIError{Endpoint: endpoint, Status: st, Message: serverMessage(b)}
+			// A server that echoes the key does not get it into an error.
+			msg := strings.ReplaceAll(serverMessage(b), c.key, "[key]")
+			return response{}, &APIError{Endpoint: endpoint, Status: st, Message: msg}
 		}
 		if err := sleep(ctx, c.backoff(n, resp.Header)); err != nil {
 			return response{}, fmt.Errorf("tinker %s: %w", endpoint, err)

@@ -507,3 +507,21 @@ func BenchmarkStep(b *testing.B) {
 	b.ReportMetric(1-float64(busy)/float64(wall), "agl-share")
 	b.ReportMetric(float64(wall-busy)/n/1e6, "agl-ms/step")
 }
+
+// A server that echoes the key in its refusal does not get the key into
+// agl's error.
+func TestKeyNotEchoed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"detail":"bad key ` + r.Header.Get("X-API-Key") + `"}`))
+	}))
+	defer srv.Close()
+	c, err := tinker.NewClient(srv.URL, "tml-secret-123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tinker.New(context.Background(), c, options(tinker.LossPPO), "", 1)
+	if err == nil || strings.Contains(err.Error(), "tml-secret-123") || !strings.Contains(err.Error(), "HTTP 401") {
+		t.Fatalf("error %v", err)
+	}
+}
