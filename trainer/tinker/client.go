@@ -47,6 +47,8 @@ type Client struct {
 	MaxRetries          int
 	// MaxResponseBytes refuses a larger answer (default 256 MiB).
 	MaxResponseBytes int64
+	// HeartbeatPeriod is the session heartbeat cadence (the SDK's 10 s).
+	HeartbeatPeriod time.Duration
 
 	sent, received atomic.Int64
 }
@@ -62,7 +64,7 @@ func NewClient(baseURL, key string) (*Client, error) {
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), key: key, hc: &http.Client{},
 		RetryBase: 500 * time.Millisecond, RetryMax: 10 * time.Second, MaxRetries: 10,
-		MaxResponseBytes: 256 << 20}, nil
+		MaxResponseBytes: 256 << 20, HeartbeatPeriod: 10 * time.Second}, nil
 }
 
 // WireBytes reports the request and response body bytes this client has
@@ -353,7 +355,7 @@ func (c *Client) result(ctx context.Context, endpoint string, req, out any) erro
 }
 
 // Session is one Tinker session kept alive by heartbeats every
-// HeartbeatPeriod (the SDK's 10 s). A heartbeat the service refuses
+// Client.HeartbeatPeriod. A heartbeat the service refuses
 // (other than 408/429/5xx, which are retried) marks the session lost:
 // every later call fails with that reason.
 type Session struct {
@@ -365,9 +367,6 @@ type Session struct {
 	stop context.CancelFunc
 	done chan struct{}
 }
-
-// HeartbeatPeriod is the SDK's session heartbeat cadence.
-var HeartbeatPeriod = 10 * time.Second
 
 // NewSession creates a session and starts its heartbeats.
 func (c *Client) NewSession(ctx context.Context, tags []string) (*Session, error) {
@@ -398,7 +397,7 @@ func (c *Client) NewSession(ctx context.Context, tags []string) (*Session, error
 
 func (s *Session) heartbeat(ctx context.Context) {
 	defer close(s.done)
-	t := time.NewTicker(HeartbeatPeriod)
+	t := time.NewTicker(s.c.HeartbeatPeriod)
 	defer t.Stop()
 	for {
 		select {

@@ -241,15 +241,17 @@ func TestWrongKey(t *testing.T) {
 }
 
 func TestExpiredSession(t *testing.T) {
-	old := tinker.HeartbeatPeriod
-	tinker.HeartbeatPeriod = 5 * time.Millisecond
-	defer func() { tinker.HeartbeatPeriod = old }()
 	s := standIn(t)
-	p := newPolicy(t, s, options(tinker.LossPPO))
+	c := client(t, s, key)
+	c.HeartbeatPeriod = 5 * time.Millisecond
+	p, err := tinker.New(context.Background(), c, options(tinker.LossPPO), "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
 	ss := batch(s.Snapshot(s.Models()[0]), 6)
 	s.Expire()
 	deadline := time.Now().Add(5 * time.Second)
-	var err error
 	for time.Now().Before(deadline) {
 		if _, err = p.Step(context.Background(), ss); err != nil && strings.Contains(err.Error(), "lost") {
 			break
@@ -523,5 +525,21 @@ func TestKeyNotEchoed(t *testing.T) {
 	_, err = tinker.New(context.Background(), c, options(tinker.LossPPO), "", 1)
 	if err == nil || strings.Contains(err.Error(), "tml-secret-123") || !strings.Contains(err.Error(), "HTTP 401") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// ppo_epochs makes that many rounds of forward_backward calls and
+// optim_step over the same samples.
+func TestEpochs(t *testing.T) {
+	s := standIn(t)
+	o := options(tinker.LossPPO)
+	o.Epochs = 3
+	p := newPolicy(t, s, o)
+	const fb, opt = "/api/v1/forward_backward", "/api/v1/optim_step"
+	if _, err := p.Step(context.Background(), batch(s.Snapshot(s.Models()[0]), 9)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Count(opt) != 3 || s.Count(fb)%3 != 0 || s.Count(fb) < 6 {
+		t.Errorf("%d optim_steps and %d forward_backward calls for 3 epochs", s.Count(opt), s.Count(fb))
 	}
 }
