@@ -293,3 +293,33 @@ func TestTrainTinkerMissingTokenizer(t *testing.T) {
 		t.Errorf("models created: %v", svc.Models())
 	}
 }
+
+// A wrong API key stops `agl train` at start-up with one line naming the
+// endpoint and the 401; nothing is created on the service and no version
+// of the tinker policy is registered.
+func TestTrainTinkerWrongKey(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	svc := tinkertest.New("tml-stand-in", 0, 11)
+	defer svc.Close()
+	cfgPath := tinkerTrainDir(t, ctx, dir, svc, "http://127.0.0.1:1", "true", 1)
+	t.Setenv("AGL_TEST_TINKER_KEY", "tml-wrong-key")
+	var out bytes.Buffer
+	err := run(ctx, []string{"train", cfgPath}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "policy writer") || !strings.Contains(err.Error(), "/api/v1/create_session: HTTP 401") ||
+		strings.Contains(err.Error(), "\n") || strings.Contains(err.Error()+out.String(), "tml-wrong-key") {
+		t.Fatalf("error %v (output %q): want one line naming create_session and 401, without the key", err, out.String())
+	}
+	if len(svc.Models()) != 0 {
+		t.Errorf("models created: %v", svc.Models())
+	}
+	st, err := openStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if ms, err := st.ListModels(ctx, "writer"); err != nil || len(ms) != 0 {
+		t.Errorf("writer versions registered: %v %v", ms, err)
+	}
+}
