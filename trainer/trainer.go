@@ -162,7 +162,8 @@ type Config struct {
 	KeepBest bool `yaml:"keep_best"`
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults is c with every unset field at its default.
+func (c Config) WithDefaults() Config {
 	def := func(p *int, v int) {
 		if *p <= 0 {
 			*p = v
@@ -226,7 +227,7 @@ const (
 // Validate reports a configuration the loop cannot run (unknown
 // estimator, aggregation or credit names, bad limits, …), so that `agl
 // train` refuses it before any rollout runs.
-func (c Config) Validate() error { return c.withDefaults().validate() }
+func (c Config) Validate() error { return c.WithDefaults().validate() }
 
 // samplesConfig is the rollouts → samples pipeline of a training step.
 func (c Config) samplesConfig() samples.Config {
@@ -413,7 +414,7 @@ type PolicyMetrics struct {
 // state comes from a checkpoint): one unnamed policy, or named ones with
 // disjoint agents.
 func New(cfg Config, st store.Store, pols []TrainedPolicy, state State, dataDir, name string, log *slog.Logger, out io.Writer) (*Loop, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -59,13 +59,13 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.withDefaults().validate()
+			err := tc.cfg.WithDefaults().validate()
 			if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 				t.Fatalf("validate: %v, want %q", err, tc.err)
 			}
 		})
 	}
-	if c := (Config{Mode: "async"}).withDefaults(); c.MaxStaleness != 1 || c.OnStale != StaleDrop {
+	if c := (Config{Mode: "async"}).WithDefaults(); c.MaxStaleness != 1 || c.OnStale != StaleDrop {
 		t.Errorf("async defaults: %+v", c)
 	}
 }
@@ -92,7 +92,7 @@ func TestSchedule(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := tc.cfg.withDefaults()
+			cfg := tc.cfg.WithDefaults()
 			cfg.GroupSize = 2
 			l := &Loop{cfg: cfg, name: "run", state: tc.state}
 			for i := 0; i < 10; i++ {

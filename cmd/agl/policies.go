@@ -21,6 +21,7 @@ import (
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/trainer"
 	"github.com/aglrl/agl/trainer/embedded"
+	"github.com/aglrl/agl/trainer/tinker"
 )
 
 // Policy kinds of the `policies:` section.
@@ -28,6 +29,7 @@ const (
 	policyTrained  = "trained"  // an embedded model that `agl train` trains
 	policyFrozen   = "frozen"   // an embedded model served, never trained
 	policyUpstream = "upstream" // an OpenAI-compatible server, never trained
+	policyTinker   = "tinker"   // a LoRA trained on a Tinker-compatible service
 )
 
 // policyConfig is one entry of the top-level `policies:` section (name →
@@ -41,6 +43,9 @@ type policyConfig struct {
 	ModelDir string `yaml:"model_dir"`
 	// Upstream is the server of an upstream policy.
 	Upstream *upstream.Config `yaml:"upstream"`
+	// Tinker is the service and base model of a tinker policy (whose
+	// model_dir holds the base model's tokenizer and chat template).
+	Tinker *tinker.Config `yaml:"tinker"`
 }
 
 // policySet is the parsed `policies:` section, names in sorted order.
@@ -85,8 +90,13 @@ func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[
 			if p.Upstream == nil || p.ModelDir != "" {
 				return nil, fmt.Errorf("policies.%s: an upstream policy needs upstream (and no model_dir)", name)
 			}
+		case policyTinker:
+			if p.Tinker == nil || p.ModelDir == "" || p.Upstream != nil {
+				return nil, fmt.Errorf("policies.%s: a tinker policy needs tinker and model_dir (the tokenizer and chat template; no upstream)", name)
+			}
+			trained++
 		default:
-			return nil, fmt.Errorf("policies.%s: kind %q: want %s, %s or %s", name, p.Kind, policyTrained, policyFrozen, policyUpstream)
+			return nil, fmt.Errorf("policies.%s: kind %q: want %s, %s, %s or %s", name, p.Kind, policyTrained, policyFrozen, policyUpstream, policyTinker)
 		}
 		if len(p.Agents) == 0 {
 			return nil, fmt.Errorf("policies.%s: no agents (\"\" is the default agent)", name)
@@ -130,7 +140,7 @@ func (s *policySet) agents(name string) []string {
 func (s *policySet) trained() []string {
 	var out []string
 	for _, n := range s.names {
-		if s.byName[n].Kind == policyTrained {
+		if k := s.byName[n].Kind; k == policyTrained || k == policyTinker {
 			out = append(out, n)
 		}
 	}
@@ -152,6 +162,8 @@ type served struct {
 	pubs []*embeddedPublisher
 	// weights are the served-only embedded policies' weights (agl gateway).
 	weights []servedWeights
+	// tinkers are the tinker policies (their sessions end on close).
+	tinkers []*tinker.Policy
 }
 
 // servedWeights is where an embedded policy that is served, not trained,
@@ -173,6 +185,9 @@ func (s *served) close() {
 	}
 	for _, e := range s.engines {
 		e.Close()
+	}
+	for _, p := range s.tinkers {
+		p.Close()
 	}
 }
 
@@ -323,6 +338,35 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 				sv.format = f
 			}
 			b = proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)
+			if sv.tokenizers == nil {
+				sv.tokenizers = map[string]dashboard.Decoder{}
+			}
+			sv.tokenizers[name] = f.Tokenizer()
+		case policyTinker:
+			if o.serveOnly {
+				return sv, fmt.Errorf("policy %s: agl gateway does not serve a tinker policy; agl train does", name)
+			}
+			f, err := chat.LoadDir(pc.ModelDir)
+			if err != nil {
+				return sv, fmt.Errorf("policy %s: %w", name, err)
+			}
+			resume, version := "", trainer.PolicyVersion(state, name)
+			if o.resume {
+				resume = filepath.Join(o.ckpt, trainer.PolicyDir(name))
+			}
+			p, err := pc.Tinker.Open(ctx, name, o.tc, resume, version)
+			if err != nil {
+				return sv, fmt.Errorf("policy %s: %w", name, err)
+			}
+			sv.tinkers = append(sv.tinkers, p)
+			sv.pols = append(sv.pols, trainer.TrainedPolicy{Name: name, Agents: set.agents(name), Named: true, Policy: p})
+			if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: version}); err != nil && !errors.Is(err, store.ErrConflict) {
+				return sv, err
+			}
+			if firstTrained {
+				def, sv.format, firstTrained = pc.Agents[0], f, false
+			}
+			b = proxy.NewTokenBackend(p.Engine(), f, f.Tokenizer(), 0)
 			if sv.tokenizers == nil {
 				sv.tokenizers = map[string]dashboard.Decoder{}
 			}
