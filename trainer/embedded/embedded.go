@@ -39,8 +39,11 @@ type Options struct {
 	Epochs int
 }
 
-// OptionsFrom maps the `trainer:` section to a step's options.
+// OptionsFrom maps the `trainer:` section to a step's options, with the
+// section's defaults filled in (an unset clip_low / clip_high is 0.2 /
+// 0.28, not a clip of zero).
 func OptionsFrom(c trainer.Config) Options {
+	c = c.WithDefaults()
 	return Options{
 		Loss: model.PolicyLossConfig{ClipLow: c.ClipLow, ClipHigh: c.ClipHigh, DualClip: c.DualClip, TISCap: c.TISCap,
 			KLCoef: c.KLCoef, KLK1: c.KLK1, EntropyCoef: c.EntropyCoef},

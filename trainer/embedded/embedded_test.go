@@ -14,13 +14,14 @@ import (
 )
 
 // TestOptionsFrom: the trainer section's loss settings reach the model's
-// policy loss unchanged.
+// policy loss unchanged, and unset ones get the section's defaults (an
+// empty section once gave a clip of zero: ratios above 1+0 were cut).
 func TestOptionsFrom(t *testing.T) {
 	tests := []struct {
 		cfg  trainer.Config
 		want Options
 	}{
-		{trainer.Config{}, Options{}},
+		{trainer.Config{}, Options{Loss: model.PolicyLossConfig{ClipLow: 0.2, ClipHigh: 0.28}, MicroBatchTokens: 4096, Epochs: 1}},
 		{trainer.Config{ClipLow: 0.1, ClipHigh: 0.3, DualClip: 3, TISCap: 2, KLCoef: 0.05, KLK1: true, EntropyCoef: 0.01, PPOEpochs: 4, MicroBatchTokens: 512},
 			Options{Loss: model.PolicyLossConfig{ClipLow: 0.1, ClipHigh: 0.3, DualClip: 3, TISCap: 2, KLCoef: 0.05, KLK1: true, EntropyCoef: 0.01},
 				MicroBatchTokens: 512, Epochs: 4}},
