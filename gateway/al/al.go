@@ -175,6 +175,11 @@ type Handler struct {
 	// auth caches verified scoped keys of the agent route (authTTL).
 	authMu sync.Mutex
 	auth   map[authKey]authEntry
+
+	// beats is when this process last refreshed the heartbeat of each
+	// externally run rollout's attempt (beat).
+	beatMu sync.Mutex
+	beats  map[string]time.Time
 }
 
 // authTTL is how long a verified scoped key is trusted on the agent route
@@ -209,7 +214,7 @@ func New(opt Options) *Handler {
 	if opt.Notify == nil {
 		opt.Notify = func() {}
 	}
-	h := &Handler{opt: opt, cfg: opt.Config, log: opt.Logger, mux: http.NewServeMux(), auth: map[authKey]authEntry{}}
+	h := &Handler{opt: opt, cfg: opt.Config, log: opt.Logger, mux: http.NewServeMux(), auth: map[authKey]authEntry{}, beats: map[string]time.Time{}}
 	h.pause.retryAfter = 5
 	h.routes()
 	return h

@@ -331,7 +331,7 @@ func TestRollouts(t *testing.T) {
 		{"not a list", "POST", "/al/api/rollouts", `{"input":1}`, 422, `"detail"`},
 		{"reserved metadata", "POST", "/al/api/rollouts", `[{"input":1,"metadata":{"_al":1}}]`, 422, `reserved`},
 		{"bad id", "POST", "/al/api/rollouts", `[{"input":1,"rollout_id":"a b"}]`, 422, `"detail"`},
-		{"create", "POST", "/al/api/rollouts", `[{"input":{"instance_id":"i-1"},"is_train":false,"metadata":{"batch_idx":3,"extra":"x"},"rollout_id":"x1"},{"input":2,"rollout_id":"x2"}]`, 201,
+		{"create", "POST", "/al/api/rollouts", `[{"input":{"instance_id":"i-1"},"is_train":false,"metadata":{"batch_idx":3,"extra":"x"},"rollout_id":"x1"},{"input":2,"rollout_id":"x2"},{"input":3,"rollout_id":"x3"}]`, 201,
 			`"config":{"timeout_seconds":3600,"local":null,"k8s":null},"metadata":{"batch_idx":3,"extra":"x","sample_idx_in_batch":null},"status":{"state":"queuing","k8s_job_name":null,"last_attempt_id":null,"error_message":null,"version":1`},
 		{"create again", "POST", "/al/api/rollouts", `[{"input":"changed","rollout_id":"x1"}]`, 201, `"input":{"instance_id":"i-1"}`},
 		{"generated id", "POST", "/al/api/rollouts", `[{"input":3}]`, 201, `"rollout_id":"`},
@@ -343,7 +343,10 @@ func TestRollouts(t *testing.T) {
 		{"patch extra field", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"failed","bogus":1}}`, 422, `"detail"`},
 		{"patch nothing", "PATCH", "/al/api/rollouts/x1", `{}`, 200, `"state":"queuing"`},
 		{"patch queuing->succeeded", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"succeeded"}}`, 409, `Rollout x1: cannot transition queuing -> succeeded`},
-		{"patch queuing->running", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"running"}}`, 409, `agl's controller starts rollouts`},
+		{"patch queuing->running (an external controller)", "PATCH", "/al/api/rollouts/x3", `{"status":{"state":"running","k8s_job_name":"job-x3","last_attempt_id":"0"}}`, 200,
+			`"status":{"state":"running","k8s_job_name":"job-x3","last_attempt_id":"0","error_message":null,"version":2,`},
+		{"patch running->running", "PATCH", "/al/api/rollouts/x3", `{"status":{"state":"running"}}`, 409, `Rollout x3: cannot transition running -> running`},
+		{"fields kept", "GET", "/al/api/rollouts/x3", "", 200, `"k8s_job_name":"job-x3","last_attempt_id":"0"`},
 		{"patch queuing->failed", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"failed","error_message":"bad input"}}`, 200, `"state":"failed","k8s_job_name":null,"last_attempt_id":null,"error_message":"bad input","version":2`},
 		{"patch failed->running", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"running"}}`, 409, `cannot transition failed -> running`},
 		{"terminal", "GET", "/al/api/rollouts/terminal", "", 200, `{"items":[{"rollout_id":"x1","state":"failed","data_id":"i-1","is_train":false}],"next_after":1,"total_terminal":1}`},
@@ -383,8 +386,8 @@ func TestRollouts(t *testing.T) {
 	}
 }
 
-// TestRunningPatchAndLateEvents: running → succeeded completes agl's
-// attempt; an admin's event to the terminal rollout is kept (a hook's);
+// TestRunningPatchAndLateEvents: a rollout agl's controller runs is not
+// ended by an external controller's PATCH; an admin's event to the terminal rollout is kept (a hook's);
 // the attempt's key can no longer post once it is revoked.
 func TestRunningPatchAndLateEvents(t *testing.T) {
 	t.Parallel()
@@ -395,8 +398,14 @@ func TestRunningPatchAndLateEvents(t *testing.T) {
 	if st := ro["rollout"].(map[string]any)["status"].(map[string]any); st["state"] != "running" || st["last_attempt_id"] != "0" || st["version"] != 2.0 {
 		t.Fatalf("claimed rollout %v", st)
 	}
-	if r := e.admin(t, "PATCH", "/al/api/rollouts/r", `{"status":{"state":"succeeded","last_attempt_id":"0"}}`); r.status != 200 || !strings.Contains(r.body, `"state":"succeeded"`) {
-		t.Fatalf("patch: %d %s", r.status, r.body)
+	// agl's controller runs r: an external controller's PATCH may not end it.
+	for _, b := range []string{`{"status":{"state":"succeeded","last_attempt_id":"0"}}`, `{"status":{"state":"failed","error_message":"local subprocess is not running"}}`, `{"status":{"k8s_job_name":"j"}}`} {
+		if r := e.admin(t, "PATCH", "/al/api/rollouts/r", b); r.status != 409 || !strings.Contains(r.body, "run by agl's controller") {
+			t.Fatalf("patch %s of agl's rollout: %d %s", b, r.status, r.body)
+		}
+	}
+	if _, err := e.st.CompleteAttempt(context.Background(), "r", aids[0], store.AttemptSucceeded, ""); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.st.RevokeKey(context.Background(), "r", aids[0]); err != nil {
 		t.Fatal(err)

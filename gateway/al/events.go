@@ -2,6 +2,7 @@ package al
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -289,7 +290,7 @@ func jsonText(v any) string {
 
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	ro, err := h.visible(ctx, r.PathValue("id"))
+	ro, _, err := h.visible(ctx, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -307,7 +308,7 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for _, ev := range evs {
-			if ev.Type != deletedEvent {
+			if ev.Type != deletedEvent && ev.Type != statusEvent {
 				out = append(out, toEvent(ev))
 			}
 		}
@@ -339,17 +340,11 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	ctx := r.Context()
-	ro, err := h.visible(ctx, r.PathValue("id"))
+	admin := h.opt.IsAdmin == nil || h.opt.IsAdmin(r)
+	aid := r.PathValue("aid")
+	ro, at, err := h.writeTarget(ctx, r.PathValue("id"), aid, admin)
 	if err != nil {
 		return err
-	}
-	aid := r.PathValue("aid")
-	at, ok := attemptOf(ro, aid)
-	if !ok {
-		if len(ro.Attempts) == 0 {
-			return detailf(http.StatusConflict, "Rollout %s has not started: agl keeps events per attempt, and it has none yet", ro.ID)
-		}
-		return detailf(http.StatusNotFound, "Attempt %s of rollout %s not found", aid, ro.ID)
 	}
 	if s, ok := data["source"]; ok && *body.EventType == store.EventReward {
 		data[alSourceKey] = s
@@ -362,7 +357,6 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if max := h.maxEventBytes(); max > 0 && int64(len(raw)) > max {
 		return detailf(http.StatusRequestEntityTooLarge, "body: data is %d bytes as JSON, more than the %d an event may store (gateway.max_stored_call_bytes): not recorded", len(raw), max)
 	}
-	admin := h.opt.IsAdmin == nil || h.opt.IsAdmin(r)
 	evs := []store.NewEvent{{Type: *body.EventType, Data: raw}}
 	if fe := api.CheckEvents(evs, !admin, h.opt.MaxAbsReward); fe != nil {
 		status := fe.Status
@@ -374,6 +368,9 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	var stored []store.Event
 	if at.Status == store.AttemptRunning {
 		stored, err = h.opt.Store.AppendEvents(ctx, ro.ID, at.ID, evs)
+		if err == nil && at.WorkerID == ExternalWorker {
+			h.beat(ctx, ro.ID, at.ID)
+		}
 	}
 	if at.Status != store.AttemptRunning || (err != nil && admin && isConflict(err)) {
 		if !admin || h.opt.Late == nil {
@@ -399,3 +396,36 @@ func (h *Handler) maxEventBytes() int64 {
 }
 
 func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }
+
+// writeTarget is the agl attempt a write (an event, an LLM call) to AL's
+// attempt aid of rollout rid goes to. As AL accepts writes to attempt "0"
+// of a queuing rollout (before a reconciler's PATCH to running), an
+// admin's such write starts it for an external controller
+// (startExternal); a scoped key exists only once an attempt does.
+func (h *Handler) writeTarget(ctx context.Context, rid, aid string, admin bool) (store.Rollout, store.Attempt, error) {
+	ro, _, err := h.visible(ctx, rid)
+	if err != nil {
+		return ro, store.Attempt{}, err
+	}
+	if ro.Status == store.RolloutQueuing && admin && aid == DefaultAttemptID {
+		ro, err = h.startExternal(ctx, ro, statusData{Version: 1})
+		var he *httpError
+		if errors.As(err, &he) && he.Status == http.StatusConflict {
+			// Claimed meanwhile (agl's controller, another replica): write
+			// to the attempt that runs it.
+			err = nil
+		}
+		if err != nil {
+			return ro, store.Attempt{}, err
+		}
+		h.opt.Notify()
+	}
+	at, ok := attemptOf(ro, aid)
+	if !ok {
+		if len(ro.Attempts) == 0 {
+			return ro, at, detailf(http.StatusConflict, "Rollout %s has not started: agl keeps events per attempt, and it has none yet", ro.ID)
+		}
+		return ro, at, detailf(http.StatusNotFound, "Attempt %s of rollout %s not found", aid, ro.ID)
+	}
+	return ro, at, nil
+}

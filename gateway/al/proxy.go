@@ -163,10 +163,8 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	// A scoped key was just verified for a running attempt of this rollout
 	// (the proxy checks again); the admin key may name any rollout.
 	scoped, _ := ctx.Value(scopedAttempt{}).(string)
-	var ro store.Rollout
 	if scoped == "" {
-		var err error
-		if ro, err = h.visible(ctx, rid); err != nil {
+		if _, _, err := h.visible(ctx, rid); err != nil {
 			return err
 		}
 	}
@@ -227,9 +225,15 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 		h.opt.LLM.ServeHTTP(w, r2)
 		return nil
 	}
-	at, ok := attemptOf(ro, r.PathValue("aid"))
-	if !ok || at.Status != store.AttemptRunning {
+	ro, at, err := h.writeTarget(ctx, rid, r.PathValue("aid"), true)
+	if err != nil {
+		return err
+	}
+	if at.Status != store.AttemptRunning {
 		return detailf(http.StatusConflict, "Rollout %s has no running attempt %s", ro.ID, r.PathValue("aid"))
+	}
+	if at.WorkerID == ExternalWorker {
+		h.beat(ctx, ro.ID, at.ID)
 	}
 	h.opt.LLM.ServeTrusted(w, r2, ro.ID, at.ID, "v1/"+path)
 	return nil

@@ -1,0 +1,172 @@
+package al_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aglrl/agl/gateway/al"
+	"github.com/aglrl/agl/store"
+)
+
+// AL v1.0.0 (commit 8f8b8f95fd4ed664822734811b61bb3341f4ddfe) is the
+// source these sequences were read from.
+
+// TestExternalLocalReconciler is the request sequence of AL's
+// LocalReconciler (agentlightning/controller/local_reconciler.py): list
+// queuing and running rollouts (_reconcile_once, lines 129-134), spawn and
+// PATCH running with last_attempt_id "0" (_spawn_for, line 243; _patch,
+// lines 266-276), the agent's calls and events with the server key (the
+// AGL_KEY it is given, line 207), then PATCH succeeded with
+// last_attempt_id (_finish_proc, line 174) — and for a second rollout
+// whose process failed, PATCH failed with "subprocess exited with code 1"
+// (lines 175-179).
+func TestExternalLocalReconciler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, al.Config{}, true)
+	e.admin(t, "POST", "/al/api/models", `[{"model":"m","endpoint":"`+e.upstream+`"}]`)
+	e.admin(t, "POST", "/al/api/rollouts", `[{"rollout_id":"ok","input":{"q":1},"config":{"local":{"agent_class":"a:A"}}},{"rollout_id":"bad","input":{"q":2},"is_train":false}]`)
+	steps := []struct {
+		name, method, path, body string
+		status                   int
+		has                      string
+	}{
+		{"poll", "GET", "/al/api/rollouts?state_in=queuing&state_in=running&limit=50", "", 200, `"rollout_id":"bad"`},
+		{"spawn ok", "PATCH", "/al/api/rollouts/ok", `{"status":{"state":"running","last_attempt_id":"0"}}`, 200, `"state":"running","k8s_job_name":null,"last_attempt_id":"0","error_message":null,"version":2`},
+		{"spawn bad", "PATCH", "/al/api/rollouts/bad", `{"status":{"state":"running","last_attempt_id":"0"}}`, 200, `"state":"running"`},
+		{"agent call", "POST", "/al/proxy/rollout/ok/attempt/0/mode/train/openai/v1/chat/completions", chatBody, 200, `"content":"ok"`},
+		{"agent reward", "POST", "/al/api/rollouts/ok/attempt/0/events", `{"event_type":"reward","data":{"value":1.0}}`, 200, `"attempt_id":"0"`},
+		{"agent log", "POST", "/al/api/rollouts/ok/attempt/0/events", `{"event_type":"my_event","data":{"x":[1]}}`, 200, `"event_type":"my_event"`},
+		{"poll while running", "GET", "/al/api/rollouts?state_in=running&limit=50", "", 200, `"last_attempt_id":"0"`},
+		{"finish ok", "PATCH", "/al/api/rollouts/ok", `{"status":{"state":"succeeded","last_attempt_id":"0"}}`, 200, `"state":"succeeded","k8s_job_name":null,"last_attempt_id":"0","error_message":null,"version":3`},
+		{"finish bad", "PATCH", "/al/api/rollouts/bad", `{"status":{"state":"failed","error_message":"subprocess exited with code 1"}}`, 200, `"state":"failed","k8s_job_name":null,"last_attempt_id":"0","error_message":"subprocess exited with code 1","version":3`},
+		{"finished twice", "PATCH", "/al/api/rollouts/ok", `{"status":{"state":"succeeded"}}`, 409, `cannot transition succeeded -> succeeded`},
+		{"terminal", "GET", "/al/api/rollouts/terminal?after=0", "", 200, `"items":[{"rollout_id":"ok","state":"succeeded","data_id":"","is_train":true},{"rollout_id":"bad","state":"failed","data_id":"","is_train":false}],"next_after":2,"total_terminal":2`},
+	}
+	for _, s := range steps {
+		r := e.admin(t, s.method, s.path, s.body)
+		if r.status != s.status || !strings.Contains(r.body, s.has) {
+			t.Fatalf("%s: %d %s, want %d with %s", s.name, r.status, r.body, s.status, s.has)
+		}
+	}
+	var trip []map[string]any
+	e.admin(t, "GET", "/al/api/rollouts/ok/events?format=triplet", "").json(t, &trip)
+	var types []string
+	for _, ev := range trip {
+		types = append(types, ev["event_type"].(string))
+	}
+	if strings.Join(types, ",") != "model_request,reward,my_event" {
+		t.Fatalf("triplet events %v", trip)
+	}
+	ro, err := e.st.GetRollout(context.Background(), "ok")
+	if err != nil || len(ro.Attempts) != 1 || ro.Attempts[0].WorkerID != al.ExternalWorker || ro.Attempts[0].Status != store.AttemptSucceeded {
+		t.Fatalf("agl's view of the external rollout: %+v %v", ro, err)
+	}
+}
+
+// TestExternalK8sReconciler is the sequence of AL's K8s reconciler
+// (agentlightning/controller/k8s_reconciler.py): the Job is created while
+// the rollout stays queuing (_create_job, line 244: "without changing
+// rollout state"), so the agent's first LLM call can come before the
+// reconciler's PATCH running (lines 217-224); agl starts the attempt on
+// that call. The reconciler then sees "running" and patches nothing until
+// the Job completes: PATCH succeeded with k8s_job_name and last_attempt_id
+// (lines 236-242), which agl keeps.
+func TestExternalK8sReconciler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, al.Config{}, true)
+	e.admin(t, "POST", "/al/api/models", `[{"model":"m","endpoint":"`+e.upstream+`"}]`)
+	e.admin(t, "POST", "/al/api/rollouts", `[{"rollout_id":"k","input":{"q":1},"config":{"k8s":{"job_template":"t"}}},{"rollout_id":"j","input":{"q":2}}]`)
+	steps := []struct {
+		name, method, path, body string
+		status                   int
+		has                      string
+	}{
+		{"call before the PATCH", "POST", "/al/proxy/rollout/k/attempt/0/mode/train/openai/v1/chat/completions", chatBody, 200, `"content":"ok"`},
+		{"seen running", "GET", "/al/api/rollouts?state_in=queuing&state_in=running&limit=500", "", 200, `"rollout_id":"k","input":{"q":1},"is_train":true,"config":{"timeout_seconds":3600,"local":null,"k8s":{"job_template":"t"}},"metadata":{"batch_idx":null,"sample_idx_in_batch":null},"status":{"state":"running","k8s_job_name":null,"last_attempt_id":null,"error_message":null,"version":1`},
+		{"job complete", "PATCH", "/al/api/rollouts/k", `{"status":{"state":"succeeded","k8s_job_name":"agl-rollout-k","last_attempt_id":"0","error_message":null}}`, 200, `"state":"succeeded","k8s_job_name":"agl-rollout-k","last_attempt_id":"0","error_message":null,"version":2`},
+		{"job running", "PATCH", "/al/api/rollouts/j", `{"status":{"state":"running","k8s_job_name":"agl-rollout-j","last_attempt_id":"0"}}`, 200, `"k8s_job_name":"agl-rollout-j"`},
+		{"job failed", "PATCH", "/al/api/rollouts/j", `{"status":{"state":"failed","k8s_job_name":"agl-rollout-j","last_attempt_id":"0","error_message":"Job failed: BackoffLimitExceeded"}}`, 200, `"state":"failed","k8s_job_name":"agl-rollout-j","last_attempt_id":"0","error_message":"Job failed: BackoffLimitExceeded","version":3`},
+		{"kept", "GET", "/al/api/rollouts/k", "", 200, `"k8s_job_name":"agl-rollout-k"`},
+	}
+	for _, s := range steps {
+		r := e.admin(t, s.method, s.path, s.body)
+		if r.status != s.status || !strings.Contains(r.body, s.has) {
+			t.Fatalf("%s: %d %s, want %d with %s", s.name, r.status, r.body, s.status, s.has)
+		}
+	}
+}
+
+// TestExternalAndAglNeverBoth: AL's reconciler (PATCH running) and agl's
+// controller (a store claim) racing for the same rollouts: each rollout
+// gets exactly one attempt, by one of them; the loser's PATCH is a 409
+// and an external terminal PATCH on agl's rollout is refused.
+func TestExternalAndAglNeverBoth(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, al.Config{}, false)
+	const n = 20
+	var body []map[string]any
+	for i := range n {
+		body = append(body, map[string]any{"rollout_id": fmt.Sprint("r", i), "input": i})
+	}
+	b, _ := json.Marshal(body)
+	e.admin(t, "POST", "/al/api/rollouts", string(b))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	patched, claimed := map[string]bool{}, map[string]bool{}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			id := fmt.Sprint("r", i)
+			r := e.admin(t, "PATCH", "/al/api/rollouts/"+id, `{"status":{"state":"running","last_attempt_id":"0"}}`)
+			switch {
+			case r.status == 200:
+				mu.Lock()
+				patched[id] = true
+				mu.Unlock()
+			case r.status != 409 || !strings.Contains(r.body, "cannot transition running -> running"):
+				t.Errorf("patch %s: %d %s", id, r.status, r.body)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			cl, err := e.st.Claim(context.Background(), store.ClaimRequest{WorkerID: "agl-controller"})
+			if errors.Is(err, store.ErrNoneQueued) {
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			claimed[cl.Rollout.ID] = true
+			mu.Unlock()
+		}
+	}()
+	wg.Wait()
+	for i := range n {
+		id := fmt.Sprint("r", i)
+		ro, err := e.st.GetRollout(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ro.Attempts) != 1 || patched[id] == claimed[id] {
+			t.Fatalf("%s: %d attempts, patched %v, claimed by agl %v", id, len(ro.Attempts), patched[id], claimed[id])
+		}
+		if want := map[bool]string{true: al.ExternalWorker, false: "agl-controller"}[patched[id]]; ro.Attempts[0].WorkerID != want {
+			t.Fatalf("%s: worker %s, want %s", id, ro.Attempts[0].WorkerID, want)
+		}
+		if claimed[id] {
+			if r := e.admin(t, "PATCH", "/al/api/rollouts/"+id, `{"status":{"state":"succeeded"}}`); r.status != 409 {
+				t.Fatalf("external PATCH ended agl's rollout %s: %d %s", id, r.status, r.body)
+			}
+		}
+	}
+}
