@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 
+	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/internal/fastjson"
 )
 
@@ -32,6 +36,9 @@ type apiError struct {
 	Code string
 	// RetryAfter, when > 0, is sent as a Retry-After header (seconds).
 	RetryAfter int
+	// Raw, when set, is the body as is: an upstream's error passed
+	// through on a call marked WithVerbatimErrors.
+	Raw []byte
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -138,6 +145,9 @@ func writeError(w http.ResponseWriter, style errorStyle, e *apiError) {
 
 // errorBody is e's JSON body in the given style.
 func errorBody(style errorStyle, e *apiError) []byte {
+	if e.Raw != nil {
+		return e.Raw
+	}
 	b := make([]byte, 0, 128+len(e.Message))
 	if style == styleAnthropic {
 		b = append(b, `{"type":"error","error":{"type":`...)
@@ -188,4 +198,31 @@ func appendNullableString(b []byte, s string) []byte {
 		return append(b, "null"...)
 	}
 	return fastjson.AppendString(b, s)
+}
+
+// verbatimKey marks a request whose upstream errors pass through.
+type verbatimKey struct{}
+
+// WithVerbatimErrors marks a call (Agent Lightning's agent route) whose
+// upstream error answers reach the caller with the upstream's status and
+// body as the upstream sent them, as AL's proxy returns them, instead of
+// agl's normalised error: a JSON body verbatim, any other as {} (AL
+// answers a non-JSON body with an empty object). The call's error record
+// holds that body.
+func WithVerbatimErrors(ctx context.Context) context.Context {
+	return context.WithValue(ctx, verbatimKey{}, true)
+}
+
+// callError is backendError, with an upstream's error answer passed
+// through on a call marked WithVerbatimErrors.
+func callError(ctx context.Context, err error) *apiError {
+	var he *upstream.HTTPError
+	if v, _ := ctx.Value(verbatimKey{}).(bool); v && errors.As(err, &he) && he.Status >= 400 {
+		body := bytes.TrimSpace(he.Body)
+		if len(body) == 0 || !json.Valid(body) {
+			body = []byte("{}")
+		}
+		return &apiError{Status: he.Status, Message: he.Message(), Raw: body}
+	}
+	return backendError(err)
 }

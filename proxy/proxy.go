@@ -384,7 +384,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	}
 	cancel()
 	if err != nil {
-		fail(backendError(err))
+		fail(callError(ctx, err))
 		return
 	}
 	p.usage.generated(p.cfg.AttemptLimits, t, len(c.res.ResponseIDs))

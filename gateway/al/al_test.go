@@ -39,13 +39,21 @@ type env struct {
 // newEnv runs a gateway with the AL API (model_name m) over a real SQLite
 // store and agl's proxy in front of a vLLM-format upstream on loopback.
 func newEnv(t testing.TB, cfg al.Config, withLLM bool) *env {
+	return newEnvWith(t, cfg, withLLM, "m", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, vllmAnswer)
+	})
+}
+
+// newEnvWith is newEnv with the engine's model name and the upstream's
+// handler given.
+func newEnvWith(t testing.TB, cfg al.Config, withLLM bool, model string, upstreamHandler http.HandlerFunc) *env {
 	t.Helper()
 	e := &env{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.upCalls.Add(1)
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, vllmAnswer)
+		upstreamHandler(w, r)
 	}))
 	t.Cleanup(up.Close)
 	e.upstream = up.URL + "/v1"
@@ -58,7 +66,7 @@ func newEnv(t testing.TB, cfg al.Config, withLLM bool) *env {
 	opt := gateway.Options{Store: st, AdminKey: adminKey, ReapInterval: -1, Logger: quiet}
 	var px *proxy.Proxy
 	if withLLM {
-		cl, err := upstream.New(upstream.Config{Models: []upstream.Model{{Name: "m", Endpoints: []string{e.upstream}}}})
+		cl, err := upstream.New(upstream.Config{Models: []upstream.Model{{Name: model, Endpoints: []string{e.upstream}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +74,7 @@ func newEnv(t testing.TB, cfg al.Config, withLLM bool) *env {
 		opt.LLM = px
 	}
 	gw := gateway.New(opt)
-	ao := al.Options{Config: cfg, Store: st, Late: st, IsAdmin: gw.IsAdmin, Logger: quiet, DefaultModel: "m"}
+	ao := al.Options{Config: cfg, Store: st, Late: st, IsAdmin: gw.IsAdmin, Logger: quiet, DefaultModel: model}
 	if px != nil {
 		ao.LLM = px
 	}

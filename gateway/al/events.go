@@ -64,6 +64,9 @@ func toEvent(ev store.Event) Event {
 // prompt_token_ids at the top of a chat completion (per choice for a
 // completion), and each choice's token_ids and logprobs.
 func modelRequestData(mc api.ModelCall) map[string]any {
+	if mc.Status == api.CallError {
+		return errorRequestData(mc)
+	}
 	var resp map[string]any
 	if dec := json.NewDecoder(bytes.NewReader(mc.Response)); dec.Decode(&resp) != nil || resp == nil {
 		resp = map[string]any{}
@@ -116,6 +119,36 @@ func modelRequestData(mc api.ModelCall) map[string]any {
 		"retry_count":   mc.Retries,
 		"usage":         usage,
 		"finish_reason": finish,
+		"call_id":       mc.CallID,
+	}
+}
+
+// errorRequestData is AL's model_request record of a call answered with
+// an error (agentlightning/server/proxy.py forward_request and
+// _capture_event at v1.0.0): the body the caller got as the response (on
+// /al the upstream's own), its status, status "error", no token ids.
+func errorRequestData(mc api.ModelCall) map[string]any {
+	var resp any
+	dec := json.NewDecoder(strings.NewReader(mc.Error))
+	dec.UseNumber()
+	if dec.Decode(&resp) != nil {
+		resp = nil
+	}
+	if _, ok := resp.(map[string]any); !ok {
+		resp = map[string]any{}
+	}
+	return map[string]any{
+		"model":         mc.Model,
+		"model_version": mc.ModelVersion,
+		"request":       map[string]any{},
+		"response":      resp,
+		"server":        map[string]any{"model": mc.Model, "version": mc.ModelVersion},
+		"latency_ms":    mc.LatencyMS,
+		"http_status":   mc.HTTPStatus,
+		"status":        "error",
+		"retry_count":   mc.Retries,
+		"usage":         nil,
+		"finish_reason": nil,
 		"call_id":       mc.CallID,
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
 
@@ -215,7 +216,8 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	r2 := r.Clone(ctx)
+	// AL's proxy answers with the upstream's error as the upstream sent it.
+	r2 := r.Clone(proxy.WithVerbatimErrors(ctx))
 	r2.Body = io.NopCloser(bytes.NewReader(prepared))
 	r2.ContentLength = int64(len(prepared))
 	r2.Header.Set("Content-Type", "application/json")
