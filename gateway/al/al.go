@@ -31,7 +31,8 @@
 // Errors are FastAPI's {"detail": …}. Every route but /healthz needs the
 // admin key (Authorization: Bearer KEY or X-API-Key: KEY); an attempt's
 // scoped key (the AGL_KEY agl's controller gives an AL agent) reaches only
-// its own rollout's LLM route and event POST.
+// its own rollout: the LLM route, the event POST and the two reads (the
+// rollout, its events less the controller's).
 package al
 
 import (
@@ -232,7 +233,8 @@ type access int
 const (
 	admin access = iota
 	// attemptKey also admits the scoped key of the rollout's attempt
-	// named by {id} and {aid}.
+	// named by {id} and {aid} (the latest attempt on a route without
+	// {aid}: the rollout's own reads).
 	attemptKey
 	public
 )
@@ -259,16 +261,17 @@ func (h *Handler) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
 	})
+	add("GET /openapi.json", public, h.openAPI)
 	add("POST /api/models", admin, h.registerModels)
 	add("DELETE /api/models", admin, h.deleteModels)
 	add("POST /api/rollouts", admin, h.createRollouts)
 	add("GET /api/rollouts", admin, h.listRollouts)
 	add("GET /api/rollouts/terminal", admin, h.terminal)
-	add("GET /api/rollouts/{id}", admin, h.getRollout)
+	add("GET /api/rollouts/{id}", attemptKey, h.getRollout)
 	add("PATCH /api/rollouts/{id}", admin, h.patchRollout)
 	add("DELETE /api/rollouts/{id}", admin, h.deleteRollout)
 	add("POST /api/rollouts/{id}/attempt/{aid}/events", attemptKey, h.postEvent)
-	add("GET /api/rollouts/{id}/events", admin, h.listEvents)
+	add("GET /api/rollouts/{id}/events", attemptKey, h.listEvents)
 	add("POST /proxy/pause", admin, h.pauseProxy)
 	add("POST /proxy/resume", admin, h.resumeProxy)
 	add("GET /proxy/state", admin, h.proxyState)
@@ -350,6 +353,10 @@ func (h *Handler) authorize(r *http.Request, a access, cached bool) (string, err
 		return "", errAuth
 	}
 	ak := authKey{rid: r.PathValue("id"), aid: r.PathValue("aid"), sum: sha256.Sum256([]byte(key))}
+	if ak.aid == "" {
+		// A read of the rollout itself: the key of its latest attempt.
+		ak.aid = DefaultAttemptID
+	}
 	if cached {
 		h.authMu.Lock()
 		e, ok := h.auth[ak]

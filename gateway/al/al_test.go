@@ -247,12 +247,13 @@ func TestAgentRouteOrder(t *testing.T) {
 	}
 }
 
-// TestScopedKeyReach: an attempt's key posts events to its own rollout
-// only, and reaches no admin route.
+// TestScopedKeyReach: an attempt's key reads its own rollout and its
+// events (less the controller's) and posts AL's harness events to it
+// (rewards, logs, custom), never another rollout's nor an admin route.
 func TestScopedKeyReach(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, al.Config{}, false)
-	keys, _ := e.started(t, "a", "b")
+	keys, aids := e.started(t, "a", "b")
 	k := "Authorization: Bearer " + keys[0]
 	cases := []struct {
 		method, path, body string
@@ -261,8 +262,17 @@ func TestScopedKeyReach(t *testing.T) {
 		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"reward","data":{"value":1,"source":"agent"}}`, 200},
 		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"model_request","data":{}}`, 403},
 		{"POST", "/al/api/rollouts/b/attempt/0/events", `{"event_type":"reward","data":{"value":1}}`, 401},
-		{"GET", "/al/api/rollouts/a/events", "", 401},
-		{"GET", "/al/api/rollouts/a", "", 401},
+		{"GET", "/al/api/rollouts/a/events", "", 200},
+		{"GET", "/al/api/rollouts/a/events?format=triplet", "", 200},
+		{"GET", "/al/api/rollouts/a", "", 200},
+		{"GET", "/al/api/rollouts/b", "", 401},
+		{"GET", "/al/api/rollouts/b/events", "", 401},
+		{"GET", "/al/api/rollouts?state_in=running", "", 401},
+		{"PATCH", "/al/api/rollouts/a", `{"status":{"state":"failed"}}`, 401},
+		{"DELETE", "/al/api/rollouts/a", "", 401},
+		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"tests","data":{}}`, 403},
+		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"my_custom","data":{"k":1}}`, 200},
+		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"log","data":{"msg":"hi"}}`, 200},
 		{"POST", "/al/api/rollouts", `[{"input":1}]`, 401},
 		{"POST", "/al/proxy/pause", `{}`, 401},
 		{"DELETE", "/al/api/models", "", 401},
@@ -274,9 +284,19 @@ func TestScopedKeyReach(t *testing.T) {
 		}
 	}
 	var evs []map[string]any
-	e.admin(t, "GET", "/al/api/rollouts/a/events", "").json(t, &evs)
+	e.admin(t, "GET", "/al/api/rollouts/a/events?event_type=reward", "").json(t, &evs)
 	if len(evs) != 1 || evs[0]["attempt_id"] != "0" || evs[0]["data"].(map[string]any)["source"] != "agent" {
 		t.Fatalf("events %v", evs)
+	}
+	// The controller's events are not the agent's to read.
+	if _, err := e.st.AppendEvents(context.Background(), "a", aids[0], []store.NewEvent{{Type: "tests", Data: json.RawMessage(`{"hidden":true}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	var mine, all []map[string]any
+	e.do(t, "GET", "/al/api/rollouts/a/events", "", k).json(t, &mine)
+	e.admin(t, "GET", "/al/api/rollouts/a/events", "").json(t, &all)
+	if len(mine) != 3 || len(all) != 4 {
+		t.Fatalf("the agent reads %d events, the admin %d; want 3 and 4 (tests hidden from the agent)", len(mine), len(all))
 	}
 }
 

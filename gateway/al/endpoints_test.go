@@ -265,6 +265,9 @@ func TestALEndpoints(t *testing.T) {
 			a.call("GET", "/api/rollouts/"+ro["rollout_id"].(string)+"/events?event_type=model_request&format=triplet", nil, &evs)
 			a.expect("prompt", evs[0]["data"].(map[string]any)["prompt_token_ids"], []int{1})
 			a.expect("response", evs[0]["data"].(map[string]any)["response_token_ids"], []int{2})
+			// Beyond AL's test: the answer had no log-probs, so AL's
+			// _extract_choice_log_probs (routes/events.py line 70) gives None.
+			a.expect("log_probs", evs[0]["data"].(map[string]any)["response_log_probs"], nil)
 		}},
 		{"test_proxy_error_triplet_preserves_status", 300, func(a *alEnv) {
 			a.upstream = func(w http.ResponseWriter, body map[string]any, path string) {

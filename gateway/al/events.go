@@ -80,12 +80,18 @@ func modelRequestData(mc api.ModelCall) map[string]any {
 		if c0, ok := choices[0].(map[string]any); ok {
 			if !mc.NoTokenIDs {
 				c0["token_ids"] = ints(mc.ResponseIDs)
+				if mc.API == api.ShapeCompletions {
+					c0["prompt_token_ids"] = ints(mc.PromptIDs)
+				}
+			}
+			// No log-probs recorded: none in the response, so AL's triplet
+			// reads null (_extract_choice_log_probs), not [].
+			if !mc.NoTokenIDs && len(mc.ResponseLogprobs) > 0 {
 				lps := make([]any, len(mc.ResponseLogprobs))
 				for i, lp := range mc.ResponseLogprobs {
 					lps[i] = float64(lp)
 				}
 				if mc.API == api.ShapeCompletions {
-					c0["prompt_token_ids"] = ints(mc.PromptIDs)
 					c0["logprobs"] = map[string]any{"token_logprobs": lps}
 				} else {
 					content := make([]any, len(lps))
@@ -340,8 +346,11 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		_, scoped := ctx.Value(scopedAttempt{}).(string)
 		for _, ev := range evs {
-			if ev.Type != deletedEvent && ev.Type != statusEvent {
+			// An agent's key reads no controller events (tests, sandbox:
+			// the evaluator's view of its work).
+			if ev.Type != deletedEvent && ev.Type != statusEvent && !(scoped && api.ControllerOwned(ev.Type)) {
 				out = append(out, toEvent(ev))
 			}
 		}

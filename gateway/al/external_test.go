@@ -170,3 +170,24 @@ func TestExternalAndAglNeverBoth(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPI: /openapi.json answers without a key with AL's info
+// (FastAPI(title="Agent Lightning", version="1.0.0"), app.py line 75) and
+// names AL's operations.
+func TestOpenAPI(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, al.Config{}, false)
+	r := e.do(t, "GET", "/al/openapi.json", "")
+	var doc struct {
+		OpenAPI string                    `json:"openapi"`
+		Info    map[string]string         `json:"info"`
+		Paths   map[string]map[string]any `json:"paths"`
+	}
+	r.json(t, &doc)
+	if r.status != 200 || doc.Info["title"] != "Agent Lightning" || doc.Info["version"] != "1.0.0" || len(doc.Info) != 2 {
+		t.Fatalf("openapi: %d %s", r.status, r.body)
+	}
+	if doc.Paths["/api/rollouts/{rollout_id}"]["patch"] == nil || doc.Paths["/proxy/pause"]["post"] == nil {
+		t.Fatalf("openapi paths %v", doc.Paths)
+	}
+}
