@@ -460,15 +460,36 @@ func TestRunningPatchAndLateEvents(t *testing.T) {
 			t.Fatalf("delete%s: events %v %v", q, evs, err)
 		}
 	}
-	e.started(t, "r2")
+	_, aids2 := e.started(t, "r2")
 	for _, c := range []struct{ body, has string }{
 		{`{"data":{}}`, `"loc":["body","event_type"]`},
 		{`{"event_type":"x","data":[1]}`, `"loc":["body","data"]`},
-		{`{"event_type":"reward","data":{"value":"high"}}`, `detail`},
+		{`{"event_type":"reward","data":{"value":1e308}}`, `out of range`},
 	} {
 		if r := e.admin(t, "POST", "/al/api/rollouts/r2/attempt/0/events", c.body); r.status != 422 || !strings.Contains(r.body, c.has) {
 			t.Fatalf("%s: %d %s", c.body, r.status, r.body)
 		}
+	}
+	// A reward AL keeps whatever its value: a boolean posted by a hook to
+	// a finished rollout, a string from the agent; kept as posted, counted
+	// by neither agl's summary nor AL's trainer.
+	if _, err := e.st.CompleteAttempt(context.Background(), "r2", aids2[0], store.AttemptSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.admin(t, "POST", "/al/api/rollouts/r2/attempt/0/events", `{"event_type":"reward","data":{"value":true}}`); r.status != 200 || !strings.Contains(r.body, `"value":true`) {
+		t.Fatalf("boolean reward on a finished rollout: %d %s", r.status, r.body)
+	}
+	keys2, aids3 := e.started(t, "r3")
+	if r := e.do(t, "POST", "/al/api/rollouts/r3/attempt/0/events", `{"event_type":"reward","data":{"value":"high"}}`, "Authorization: Bearer "+keys2[0]); r.status != 200 {
+		t.Fatalf("string reward from the agent: %d %s", r.status, r.body)
+	}
+	var kept []map[string]any
+	e.admin(t, "GET", "/al/api/rollouts/r3/events?format=triplet", "").json(t, &kept)
+	if len(kept) != 1 || kept[0]["data"].(map[string]any)["value"] != "high" {
+		t.Fatalf("string reward kept: %v", kept)
+	}
+	if ro, err := e.st.CompleteAttempt(context.Background(), "r3", aids3[0], store.AttemptSucceeded, ""); err != nil || ro.Reward != nil {
+		t.Fatalf("a string reward counted in agl's summary: %+v %v", ro.Reward, err)
 	}
 }
 

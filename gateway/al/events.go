@@ -400,7 +400,15 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 		return detailf(http.StatusRequestEntityTooLarge, "body: data is %d bytes as JSON, more than the %d an event may store (gateway.max_stored_call_bytes): not recorded", len(raw), max)
 	}
 	evs := []store.NewEvent{{Type: *body.EventType, Data: raw}}
-	if fe := api.CheckEvents(evs, !admin, h.opt.MaxAbsReward); fe != nil {
+	// AL keeps a reward whatever its value (RewardData only documents the
+	// shape: schemas.py line 56): one that is not a number (a boolean, a
+	// string, null) is kept as posted and counts for nothing, in agl's
+	// reward summary and trainer as in AL's (_as_reward_value gives None,
+	// agl_rollout_manager.py line 109). Numbers keep agl's bounds.
+	v, hasValue := data["value"]
+	_, isNumber := v.(json.Number)
+	opaque := *body.EventType == store.EventReward && hasValue && !isNumber && data["values"] == nil
+	if fe := api.CheckEvents(evs, !admin, h.opt.MaxAbsReward); fe != nil && !opaque {
 		status := fe.Status
 		if status == http.StatusBadRequest {
 			status = http.StatusUnprocessableEntity
