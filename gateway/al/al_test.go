@@ -65,6 +65,7 @@ func newEnvWith(t testing.TB, cfg al.Config, withLLM bool, model string, upstrea
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opt := gateway.Options{Store: st, AdminKey: adminKey, ReapInterval: -1, Logger: quiet}
 	var px *proxy.Proxy
+	var changed func(context.Context)
 	if withLLM {
 		cl, err := upstream.New(upstream.Config{Models: []upstream.Model{{Name: model, Endpoints: []string{e.upstream}}}})
 		if err != nil {
@@ -72,9 +73,12 @@ func newEnvWith(t testing.TB, cfg al.Config, withLLM bool, model string, upstrea
 		}
 		px = proxy.New(proxy.Config{}, st, proxy.NewUpstreamBackend(cl))
 		opt.LLM = px
+		// As agl gateway: the routing table follows the model registry.
+		changed = proxy.NewModelSync(st, cl, quiet).Changed
+		opt.ModelsChanged = changed
 	}
 	gw := gateway.New(opt)
-	ao := al.Options{Config: cfg, Store: st, Late: st, IsAdmin: gw.IsAdmin, Logger: quiet, DefaultModel: model}
+	ao := al.Options{Config: cfg, Store: st, Late: st, IsAdmin: gw.IsAdmin, Logger: quiet, DefaultModel: model, ModelsChanged: changed}
 	if px != nil {
 		ao.LLM = px
 	}

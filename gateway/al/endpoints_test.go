@@ -268,6 +268,9 @@ func TestALEndpoints(t *testing.T) {
 			// Beyond AL's test: the answer had no log-probs, so AL's
 			// _extract_choice_log_probs (routes/events.py line 70) gives None.
 			a.expect("log_probs", evs[0]["data"].(map[string]any)["response_log_probs"], nil)
+			// And server is the registered Model's (model, version):
+			// _capture_event, proxy.py line 229.
+			a.expect("server", evs[0]["data"].(map[string]any)["server"], map[string]any{"model": alModel, "version": 3})
 		}},
 		{"test_proxy_error_triplet_preserves_status", 300, func(a *alEnv) {
 			a.upstream = func(w http.ResponseWriter, body map[string]any, path string) {

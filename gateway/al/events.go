@@ -27,14 +27,18 @@ type Event struct {
 // which a harness may not claim; AL's RewardData.source is free text.
 const alSourceKey = "al_source"
 
-// toEvent renders an agl event as AL's (attempt "0").
-func toEvent(ev store.Event) Event {
+// toEvent renders an agl event as AL's (attempt "0"); versions maps the
+// model versions AL registered to AL's numbers (alVersions; nil: none).
+func toEvent(ev store.Event, versions map[string]map[int64]int64) Event {
 	out := Event{EventType: ev.Type, RolloutID: ev.RolloutID, AttemptID: DefaultAttemptID, Timestamp: seconds(ev.Time)}
 	if ev.Type == store.EventModelRequest {
 		var mc api.ModelCall
 		// The gateway's own events (api.ModelCall, API always set); one an
 		// admin posted in AL's shape passes through as posted.
 		if err := json.Unmarshal(ev.Data, &mc); err == nil && mc.API != "" {
+			if v, ok := versions[mc.Model][mc.ModelVersion]; ok {
+				mc.ModelVersion = v
+			}
 			out.Data = modelRequestData(mc)
 			return out
 		}
@@ -347,11 +351,17 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		_, scoped := ctx.Value(scopedAttempt{}).(string)
+		var versions map[string]map[int64]int64
 		for _, ev := range evs {
+			if versions == nil && ev.Type == store.EventModelRequest {
+				if versions, err = h.alVersions(ctx); err != nil {
+					return err
+				}
+			}
 			// An agent's key reads no controller events (tests, sandbox:
 			// the evaluator's view of its work).
 			if ev.Type != deletedEvent && ev.Type != statusEvent && !(scoped && api.ControllerOwned(ev.Type)) {
-				out = append(out, toEvent(ev))
+				out = append(out, toEvent(ev, versions))
 			}
 		}
 	}
@@ -431,7 +441,7 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ev := toEvent(stored[0])
+	ev := toEvent(stored[0], nil)
 	ev.AttemptID = aid
 	writeJSON(w, http.StatusOK, ev)
 	return nil
