@@ -2,9 +2,15 @@ package al_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -189,5 +195,75 @@ func TestOpenAPI(t *testing.T) {
 	}
 	if doc.Paths["/api/rollouts/{rollout_id}"]["patch"] == nil || doc.Paths["/proxy/pause"]["post"] == nil {
 		t.Fatalf("openapi paths %v", doc.Paths)
+	}
+}
+
+// TestStickiness: with any number of registered endpoints, every call of
+// a rollout reaches the one AL's ProxyRouter.select_server picks
+// (agentlightning/server/proxy.py lines 52-60): the endpoints sorted, the
+// first 8 bytes of SHA-256(rollout id) big-endian, modulo their number.
+func TestStickiness(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprint(n, " endpoints"), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, al.Config{}, true)
+			var mu sync.Mutex
+			got := map[string]map[string]int{} // rollout → endpoint → calls
+			eps := []string{e.upstream}
+			hit := func(ep string) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) {
+					var body map[string]any
+					json.NewDecoder(r.Body).Decode(&body)
+					rid := body["messages"].([]any)[0].(map[string]any)["content"].(string)
+					mu.Lock()
+					if got[rid] == nil {
+						got[rid] = map[string]int{}
+					}
+					got[rid][ep]++
+					mu.Unlock()
+					w.Header().Set("Content-Type", "application/json")
+					io.WriteString(w, vllmAnswer)
+				}
+			}
+			for range n {
+				var ep string
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hit(ep)(w, r) }))
+				t.Cleanup(srv.Close)
+				ep = srv.URL + "/v1"
+				eps = append(eps, ep)
+			}
+			var reg []map[string]any
+			for _, ep := range eps[1:] {
+				reg = append(reg, map[string]any{"model": "m", "endpoint": ep})
+			}
+			b, _ := json.Marshal(reg)
+			e.admin(t, "POST", "/al/api/models", string(b))
+			sorted := slices.Sorted(slices.Values(eps[1:]))
+			var ids []string
+			for i := range 8 {
+				ids = append(ids, fmt.Sprint("rollout-", i))
+			}
+			e.admin(t, "POST", "/al/api/rollouts", func() string {
+				var rs []map[string]any
+				for _, id := range ids {
+					rs = append(rs, map[string]any{"rollout_id": id, "input": id})
+				}
+				b, _ := json.Marshal(rs)
+				return string(b)
+			}())
+			for _, id := range ids {
+				for range 3 {
+					if r := e.admin(t, "POST", "/al/proxy/rollout/"+id+"/attempt/0/mode/train/openai/v1/chat/completions", `{"messages":[{"role":"user","content":"`+id+`"}]}`); r.status != 200 {
+						t.Fatalf("%s: %d %s", id, r.status, r.body)
+					}
+				}
+				d := sha256.Sum256([]byte(id))
+				want := sorted[binary.BigEndian.Uint64(d[:8])%uint64(len(sorted))]
+				if len(got[id]) != 1 || got[id][want] != 3 {
+					t.Fatalf("%s: calls by endpoint %v, want all 3 on %s", id, got[id], want)
+				}
+			}
+		})
 	}
 }
