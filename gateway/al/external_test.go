@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aglrl/agl/gateway/al"
 	"github.com/aglrl/agl/store"
@@ -265,5 +266,42 @@ func TestStickiness(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExternalHeartbeat: AL has no heartbeat; an external controller is
+// alive while it polls. A poll listing the external rollout refreshes its
+// attempt's heartbeat (at most every 5 s), so agl's reaper leaves it
+// running; agl's own rollouts are not touched.
+func TestExternalHeartbeat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the 5 s heartbeat throttle")
+	}
+	t.Parallel()
+	e := newEnv(t, al.Config{}, false)
+	e.admin(t, "POST", "/al/api/rollouts", `[{"rollout_id":"x","input":1}]`)
+	if r := e.admin(t, "PATCH", "/al/api/rollouts/x", `{"status":{"state":"running"}}`); r.status != 200 {
+		t.Fatalf("patch: %d %s", r.status, r.body)
+	}
+	_, aids := e.started(t, "own")
+	beat := func(id string) time.Time {
+		ro, err := e.st.GetRollout(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ro.Attempts[0].LastHeartbeat
+	}
+	x0, own0 := beat("x"), beat("own")
+	e.admin(t, "GET", "/al/api/rollouts?state_in=running", "")
+	if !beat("x").Equal(x0) {
+		t.Fatal("a poll right after the start beat again (throttle)")
+	}
+	time.Sleep(5100 * time.Millisecond)
+	e.admin(t, "GET", "/al/api/rollouts?state_in=running", "")
+	if !beat("x").After(x0) {
+		t.Fatal("the poll did not refresh the external attempt's heartbeat")
+	}
+	if !beat("own").Equal(own0) {
+		t.Fatalf("the poll beat agl's own attempt %s", aids[0])
 	}
 }
