@@ -333,7 +333,7 @@ func jsonText(v any) string {
 
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	ro, _, err := h.visible(ctx, r.PathValue("id"))
+	ro, _, err := h.visible(ctx, r.PathValue("id"), false)
 	if err != nil {
 		return err
 	}
@@ -394,7 +394,11 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	admin := h.opt.IsAdmin == nil || h.opt.IsAdmin(r)
 	aid := r.PathValue("aid")
-	ro, at, err := h.writeTarget(ctx, r.PathValue("id"), aid, admin)
+	ro, _, err := h.visible(ctx, r.PathValue("id"), false)
+	if err != nil {
+		return err
+	}
+	ro, at, err := h.writeTarget(ctx, ro, aid, admin)
 	if err != nil {
 		return err
 	}
@@ -461,12 +465,10 @@ func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }
 // attempt aid of rollout rid goes to. As AL accepts writes to attempt "0"
 // of a queuing rollout (before a reconciler's PATCH to running), an
 // admin's such write starts it for an external controller
-// (startExternal); a scoped key exists only once an attempt does.
-func (h *Handler) writeTarget(ctx context.Context, rid, aid string, admin bool) (store.Rollout, store.Attempt, error) {
-	ro, _, err := h.visible(ctx, rid)
-	if err != nil {
-		return ro, store.Attempt{}, err
-	}
+// (startExternal); a scoped key exists only once an attempt does. ro is
+// the rollout as just read (visible).
+func (h *Handler) writeTarget(ctx context.Context, ro store.Rollout, aid string, admin bool) (store.Rollout, store.Attempt, error) {
+	var err error
 	if ro.Status == store.RolloutQueuing && admin && aid == DefaultAttemptID {
 		ro, err = h.startExternal(ctx, ro, statusData{Version: 1})
 		var he *httpError

@@ -44,14 +44,17 @@ type extras struct {
 }
 
 // extrasOf reads the latest status or deletion event of a rollout (one
-// query; a rollout without attempts has none).
-func (h *Handler) extrasOf(ctx context.Context, ro store.Rollout) (extras, error) {
+// query; a rollout without attempts has none). Without withStatus only
+// whether it was deleted counts, which a live rollout answers without a
+// query: the agent route and event posts skip the query (it walks the
+// rollout's events back to the latest match).
+func (h *Handler) extrasOf(ctx context.Context, ro store.Rollout, withStatus bool) (extras, error) {
 	var x extras
 	if ro.Status == store.RolloutCancelled && ro.Error == cancelledPrefix+deletedReason {
 		x.deleted = true
 		return x, nil
 	}
-	if ro.NumAttempts == 0 {
+	if ro.NumAttempts == 0 || (!withStatus && !ro.Status.Terminal()) {
 		return x, nil
 	}
 	evs, err := h.opt.Store.ListEvents(ctx, store.EventFilter{RolloutID: ro.ID, Types: []string{deletedEvent, statusEvent}, Desc: true, Limit: 1})

@@ -164,8 +164,10 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	// A scoped key was just verified for a running attempt of this rollout
 	// (the proxy checks again); the admin key may name any rollout.
 	scoped, _ := ctx.Value(scopedAttempt{}).(string)
+	var ro store.Rollout
 	if scoped == "" {
-		if _, _, err := h.visible(ctx, rid); err != nil {
+		var err error
+		if ro, _, err = h.visible(ctx, rid, false); err != nil {
 			return err
 		}
 	}
@@ -227,7 +229,7 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 		h.opt.LLM.ServeHTTP(w, r2)
 		return nil
 	}
-	ro, at, err := h.writeTarget(ctx, rid, r.PathValue("aid"), true)
+	ro, at, err := h.writeTarget(ctx, ro, r.PathValue("aid"), true)
 	if err != nil {
 		return err
 	}

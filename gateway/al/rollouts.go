@@ -246,7 +246,7 @@ func (h *Handler) createRollouts(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for _, ro := range rs {
-			x, err := h.extrasOf(r.Context(), ro)
+			x, err := h.extrasOf(r.Context(), ro, true)
 			if err != nil {
 				return err
 			}
@@ -266,9 +266,9 @@ const (
 	cancelledPrefix = "cancelled: "
 )
 
-// visible returns the rollout and what agl keeps of it in events, unless
-// it was (soft-)deleted.
-func (h *Handler) visible(ctx context.Context, id string) (store.Rollout, extras, error) {
+// visible returns the rollout and what agl keeps of it in events (its
+// status fields if withStatus), unless it was (soft-)deleted.
+func (h *Handler) visible(ctx context.Context, id string, withStatus bool) (store.Rollout, extras, error) {
 	ro, err := h.opt.Store.GetRollout(ctx, id)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -276,7 +276,7 @@ func (h *Handler) visible(ctx context.Context, id string) (store.Rollout, extras
 		}
 		return ro, extras{}, err
 	}
-	x, err := h.extrasOf(ctx, ro)
+	x, err := h.extrasOf(ctx, ro, withStatus)
 	if err != nil {
 		return ro, x, err
 	}
@@ -287,7 +287,7 @@ func (h *Handler) visible(ctx context.Context, id string) (store.Rollout, extras
 }
 
 func (h *Handler) getRollout(w http.ResponseWriter, r *http.Request) error {
-	ro, x, err := h.visible(r.Context(), r.PathValue("id"))
+	ro, x, err := h.visible(r.Context(), r.PathValue("id"), true)
 	if err != nil {
 		return err
 	}
@@ -332,7 +332,7 @@ func (h *Handler) listRollouts(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for _, ro := range rs {
-			x, err := h.extrasOf(r.Context(), ro)
+			x, err := h.extrasOf(r.Context(), ro, true)
 			if err != nil {
 				return err
 			}
@@ -443,7 +443,7 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) error {
 	next := after
 	for _, ro := range rs {
 		next = max(next, ro.TerminalSeq)
-		x, err := h.extrasOf(r.Context(), ro)
+		x, err := h.extrasOf(r.Context(), ro, false)
 		if err != nil {
 			return err
 		}
@@ -499,7 +499,7 @@ func (h *Handler) patchRollout(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	ctx := r.Context()
-	ro, x, err := h.visible(ctx, r.PathValue("id"))
+	ro, x, err := h.visible(ctx, r.PathValue("id"), true)
 	if err != nil {
 		return err
 	}
@@ -626,7 +626,7 @@ func (h *Handler) deleteRollout(w http.ResponseWriter, r *http.Request) error {
 		if ro, err = h.opt.Store.GetRollout(ctx, id); err != nil {
 			return err
 		}
-		if x, err := h.extrasOf(ctx, ro); err != nil || x.deleted {
+		if x, err := h.extrasOf(ctx, ro, false); err != nil || x.deleted {
 			if err == nil {
 				w.WriteHeader(http.StatusNoContent)
 			}
