@@ -8,13 +8,14 @@
 // (agentlightning/server/app.py and routes/*.py at v1.0.0):
 //
 //	GET    /healthz                                   {"status":"ok"}, no auth
+//	GET    /openapi.json                              AL's info and operations, no auth
 //	POST   /api/models    [Model…]                    201, upsert by (model, endpoint)
 //	DELETE /api/models                                {"status":"ok"}
 //	POST   /api/rollouts  [RolloutCreate…]            201, idempotent on rollout_id
 //	GET    /api/rollouts?state_in=…&limit=            [Rollout…]
 //	GET    /api/rollouts/terminal?after=&limit=       {"items","next_after","total_terminal"}
 //	GET    /api/rollouts/{id}                         {"rollout": Rollout, "attempts": […]}
-//	PATCH  /api/rollouts/{id}  {"status":{…}}         Rollout
+//	PATCH  /api/rollouts/{id}  {"status":{…}}         Rollout (running: an external controller starts it)
 //	DELETE /api/rollouts/{id}                         204, also when unknown
 //	POST   /api/rollouts/{id}/attempt/{aid}/events    Event
 //	GET    /api/rollouts/{id}/events?event_type=&format=triplet
