@@ -204,11 +204,12 @@ func appendNullableString(b []byte, s string) []byte {
 type verbatimKey struct{}
 
 // WithVerbatimErrors marks a call (Agent Lightning's agent route) whose
-// upstream error answers reach the caller with the upstream's status and
-// body as the upstream sent them, as AL's proxy returns them, instead of
-// agl's normalised error: a JSON body verbatim, any other as {} (AL
-// answers a non-JSON body with an empty object). The call's error record
-// holds that body.
+// upstream answers reach the caller as the upstream sent them, as AL's
+// proxy returns them: an error with the upstream's status and body
+// instead of agl's normalised error (a JSON body verbatim, any other as
+// {}, as AL answers a non-JSON body; the call's error record holds it),
+// and a non-streamed answer of a chat-mode upstream with every field it
+// sent (Result.Raw; the record keeps agl's encoding).
 func WithVerbatimErrors(ctx context.Context) context.Context {
 	return context.WithValue(ctx, verbatimKey{}, true)
 }

@@ -44,6 +44,7 @@ func fromUpstream(r *upstream.Result, s engine.Sampling) *Result {
 		FinishReason: r.FinishReason, Model: r.Model, ModelVersion: r.Version,
 		RenderReason: ReasonUpstream, Retries: r.Retries,
 		PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
+		Raw: r.Raw,
 	}
 	if r.MaxTokens != s.MaxTokens {
 		// Clamped to the model's context.

@@ -560,6 +560,9 @@ type Result struct {
 	MaxTokens int
 
 	PromptTokens, CompletionTokens int
+	// Raw is the answer as the upstream sent it (read-only: the fields
+	// above may share its bytes), for a caller that passes it on as is.
+	Raw []byte
 }
 
 type wireFunction struct {
@@ -809,6 +812,7 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 		PromptTokens:     resp.Usage.PromptTokens,
 		CompletionTokens: resp.Usage.CompletionTokens,
 		MaxTokens:        w.MaxTokens,
+		Raw:              out,
 	}
 	if clamped {
 		r.MaxTokens = asked

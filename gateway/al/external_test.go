@@ -305,3 +305,44 @@ func TestExternalHeartbeat(t *testing.T) {
 		t.Fatalf("the poll beat agl's own attempt %s", aids[0])
 	}
 }
+
+// TestVerbatimAnswer: on /al the caller gets the upstream's answer as it
+// sent it, every field (AL's forward_request returns
+// JSONResponse(content=response_body), proxy.py line 141), success and
+// error alike; agl's own /r/ route keeps its encoding and error shape.
+func TestVerbatimAnswer(t *testing.T) {
+	t.Parallel()
+	const ok = `{"id":"up","object":"chat.completion","created":1,"model":"m","prompt_token_ids":[1,2,3],"kv_transfer_params":{"remote_block_ids":[4]},` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"ok","reasoning_content":null},"logprobs":{"content":[{"token":"ok","logprob":-0.5}]},` +
+		`"finish_reason":"stop","stop_reason":null,"token_ids":[7]}],"usage":{"prompt_tokens":3,"completion_tokens":1},"system_fingerprint":"x"}`
+	const bad = `{"object":"error","message":"This model's maximum context length is 8","type":"BadRequestError","param":null,"code":400}`
+	e := newEnvWith(t, al.Config{}, true, "m", func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		w.Header().Set("Content-Type", "application/json")
+		if body["messages"].([]any)[0].(map[string]any)["content"] == "too long" {
+			w.WriteHeader(400)
+			io.WriteString(w, bad)
+			return
+		}
+		io.WriteString(w, ok)
+	})
+	keys, aids := e.started(t, "r")
+	e.admin(t, "POST", "/al/api/models", `[{"model":"m","endpoint":"`+e.upstream+`"}]`)
+	k := "Authorization: Bearer " + keys[0]
+	alPath := "/al/proxy/rollout/r/attempt/0/mode/train/openai/v1/chat/completions"
+	msg := func(s string) string { return `{"messages":[{"role":"user","content":"` + s + `"}]}` }
+	if r := e.do(t, "POST", alPath, msg("hi"), k); r.status != 200 || r.body != ok {
+		t.Fatalf("/al answer %d %s\nwant the upstream's %s", r.status, r.body, ok)
+	}
+	if r := e.do(t, "POST", alPath, msg("too long"), k); r.status != 400 || r.body != bad {
+		t.Fatalf("/al error %d %s\nwant the upstream's %s", r.status, r.body, bad)
+	}
+	native := "/r/r/" + aids[0] + "/v1/chat/completions"
+	if r := e.do(t, "POST", native, msg("hi"), k); r.status != 200 || strings.Contains(r.body, "kv_transfer_params") {
+		t.Fatalf("/r/ answer %d %s: want agl's encoding", r.status, r.body)
+	}
+	if r := e.do(t, "POST", native, msg("too long"), k); r.status != 400 || !strings.Contains(r.body, `"message":"upstream: This model's maximum context length is 8"`) {
+		t.Fatalf("/r/ error %d %s: want agl's shape", r.status, r.body)
+	}
+}
