@@ -74,7 +74,7 @@ type Result struct {
 	Text    string
 	// Raw, when set, is the upstream's own answer to the same API the
 	// caller called (chat-mode UpstreamBackend), which a call marked
-	// WithVerbatimErrors gets as is instead of agl's encoding of Result.
+	// WithVerbatim gets as is instead of agl's encoding of Result.
 	Raw []byte
 
 	PromptIDs []int32

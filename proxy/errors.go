@@ -37,7 +37,7 @@ type apiError struct {
 	// RetryAfter, when > 0, is sent as a Retry-After header (seconds).
 	RetryAfter int
 	// Raw, when set, is the body as is: an upstream's error passed
-	// through on a call marked WithVerbatimErrors.
+	// through on a call marked WithVerbatim.
 	Raw []byte
 }
 
@@ -200,25 +200,42 @@ func appendNullableString(b []byte, s string) []byte {
 	return fastjson.AppendString(b, s)
 }
 
-// verbatimKey marks a request whose upstream errors pass through.
+// verbatimKey marks a call whose upstream answers pass through; its
+// value is the body to send upstream (nil: agl's).
 type verbatimKey struct{}
 
-// WithVerbatimErrors marks a call (Agent Lightning's agent route) whose
-// upstream answers reach the caller as the upstream sent them, as AL's
-// proxy returns them: an error with the upstream's status and body
-// instead of agl's normalised error (a JSON body verbatim, any other as
-// {}, as AL answers a non-JSON body; the call's error record holds it),
-// and a non-streamed answer of a chat-mode upstream with every field it
-// sent (Result.Raw; the record keeps agl's encoding).
-func WithVerbatimErrors(ctx context.Context) context.Context {
-	return context.WithValue(ctx, verbatimKey{}, true)
+// WithVerbatim marks a call (Agent Lightning's agent route, an OpenAI
+// chat/completions or completions call) that reaches a chat-mode upstream
+// (UpstreamBackend) as AL's proxy forwards it and whose answers come back
+// as AL's proxy returns them: upstreamBody, when set, is the body sent
+// upstream as is (AL's prepare_body: the caller's fields kept, no
+// max_tokens bound); a non-streamed answer comes back with every field
+// the upstream sent (Result.Raw; the record keeps agl's encoding); an
+// error with the upstream's status and body instead of agl's normalised
+// error (a JSON body verbatim, any other as {}, as AL answers a non-JSON
+// body; the call's error record holds it).
+func WithVerbatim(ctx context.Context, upstreamBody []byte) context.Context {
+	if upstreamBody == nil {
+		upstreamBody = []byte{}
+	}
+	return context.WithValue(ctx, verbatimKey{}, upstreamBody)
+}
+
+// verbatim reports whether ctx is marked WithVerbatim, and the body to
+// send upstream (nil: agl's own).
+func verbatim(ctx context.Context) (bool, []byte) {
+	b, ok := ctx.Value(verbatimKey{}).([]byte)
+	if len(b) == 0 {
+		b = nil
+	}
+	return ok, b
 }
 
 // callError is backendError, with an upstream's error answer passed
-// through on a call marked WithVerbatimErrors.
+// through on a call marked WithVerbatim.
 func callError(ctx context.Context, err error) *apiError {
 	var he *upstream.HTTPError
-	if v, _ := ctx.Value(verbatimKey{}).(bool); v && errors.As(err, &he) && he.Status >= 400 {
+	if v, _ := verbatim(ctx); v && errors.As(err, &he) && he.Status >= 400 {
 		body := bytes.TrimSpace(he.Body)
 		if len(body) == 0 || !json.Valid(body) {
 			body = []byte("{}")

@@ -400,7 +400,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		fail(aerr)
 		return
 	}
-	if v, _ := ctx.Value(verbatimKey{}).(bool); v && c.res.Raw != nil && !c.stream && !c.arrayStream {
+	if v, _ := verbatim(ctx); v && c.res.Raw != nil && !c.stream && !c.arrayStream {
 		// Agent Lightning's route: the upstream's answer, every field as
 		// it sent them (agl's encoding is what the record keeps).
 		resp = c.res.Raw

@@ -56,7 +56,8 @@ func fromUpstream(r *upstream.Result, s engine.Sampling) *Result {
 
 // Chat implements Backend.
 func (b *UpstreamBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, error) {
-	r, err := b.c.Chat(ctx, upstream.ChatRequest{Model: req.Model, Sticky: req.Target.RolloutID, Conv: req.Conv, Sampling: req.Sampling, Stop: req.Stop})
+	_, body := verbatim(ctx)
+	r, err := b.c.Chat(ctx, upstream.ChatRequest{Model: req.Model, Sticky: req.Target.RolloutID, Conv: req.Conv, Sampling: req.Sampling, Stop: req.Stop, Body: body})
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +72,8 @@ func (b *UpstreamBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, 
 
 // Complete implements Backend.
 func (b *UpstreamBackend) Complete(ctx context.Context, req *CompleteRequest) (*Result, error) {
-	cr := upstream.CompletionRequest{Model: req.Model, Sticky: req.Target.RolloutID, Sampling: req.Sampling, Stop: req.Stop}
+	_, body := verbatim(ctx)
+	cr := upstream.CompletionRequest{Model: req.Model, Sticky: req.Target.RolloutID, Sampling: req.Sampling, Stop: req.Stop, Body: body}
 	if req.IDsGiven {
 		cr.PromptIDs = req.PromptIDs
 	} else {

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -344,5 +346,64 @@ func TestVerbatimAnswer(t *testing.T) {
 	}
 	if r := e.do(t, "POST", native, msg("too long"), k); r.status != 400 || !strings.Contains(r.body, `"message":"upstream: This model's maximum context length is 8"`) {
 		t.Fatalf("/r/ error %d %s: want agl's shape", r.status, r.body)
+	}
+}
+
+// TestPrepareBody: the body /al forwards is AL's ProxyRouter.prepare_body
+// (proxy.py lines 62-81): the agent's fields as sent (chat_template_kwargs,
+// max_tokens unclamped, top_logprobs), model and the mode's temperature
+// set, return_token_ids true, logprobs true in train mode only, nothing
+// added (no stream); agl's /r/ route keeps its own body.
+func TestPrepareBody(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []map[string]any
+	e := newEnvWith(t, al.Config{}, true, "m", func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		got = append(got, body)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, vllmAnswer)
+	})
+	keys, aids := e.started(t, "r")
+	e.admin(t, "POST", "/al/api/models", `[{"model":"m","endpoint":"`+e.upstream+`"}]`)
+	agent := `{"model":"whatever","messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false},"max_tokens":100000,"top_logprobs":2,"logprobs":false}`
+	var sent map[string]any
+	json.Unmarshal([]byte(agent), &sent)
+	want := func(mode string) map[string]any {
+		w := maps.Clone(sent)
+		w["model"], w["return_token_ids"] = "m", true
+		w["temperature"] = 1.0
+		if mode == "val" {
+			w["temperature"] = 0.7
+		} else {
+			w["logprobs"] = true
+		}
+		return w
+	}
+	k := "Authorization: Bearer " + keys[0]
+	for _, mode := range []string{"train", "val"} {
+		if r := e.do(t, "POST", "/al/proxy/rollout/r/attempt/0/mode/"+mode+"/openai/v1/chat/completions", agent, k); r.status != 200 {
+			t.Fatalf("%s: %d %s", mode, r.status, r.body)
+		}
+		mu.Lock()
+		last := got[len(got)-1]
+		mu.Unlock()
+		if !reflect.DeepEqual(last, want(mode)) {
+			b1, _ := json.Marshal(last)
+			b2, _ := json.Marshal(want(mode))
+			t.Fatalf("%s: upstream got %s\nwant AL's prepare_body %s", mode, b1, b2)
+		}
+	}
+	if r := e.do(t, "POST", "/r/r/"+aids[0]+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false}}`, k); r.status != 200 {
+		t.Fatalf("/r/: %d %s", r.status, r.body)
+	}
+	mu.Lock()
+	last := got[len(got)-1]
+	mu.Unlock()
+	if _, ok := last["stream"]; !ok {
+		t.Fatalf("/r/ forwarded %v: want agl's own body", last)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -204,6 +205,20 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	}
 	body["model"], _ = json.Marshal(name)
 	body["temperature"], _ = json.Marshal(temp)
+	// AL's ProxyRouter.prepare_body (proxy.py lines 62-81): the agent's
+	// body with the model, the mode's temperature and return_token_ids
+	// set, and logprobs in train mode; sent upstream as is.
+	up := maps.Clone(body)
+	up["return_token_ids"] = json.RawMessage("true")
+	if mode == "train" {
+		up["logprobs"] = json.RawMessage("true")
+	}
+	upstreamBody, err := json.Marshal(up)
+	if err != nil {
+		return err
+	}
+	// agl's proxy reads the rest (its record, its checks) from the body
+	// without the fields it sets itself.
 	for _, k := range []string{"return_token_ids", "logprobs", "top_logprobs"} {
 		delete(body, k)
 	}
@@ -218,8 +233,8 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// AL's proxy answers with the upstream's error as the upstream sent it.
-	r2 := r.Clone(proxy.WithVerbatimErrors(ctx))
+	// Forwarded and answered as AL's proxy does (proxy.WithVerbatim).
+	r2 := r.Clone(proxy.WithVerbatim(ctx, upstreamBody))
 	r2.Body = io.NopCloser(bytes.NewReader(prepared))
 	r2.ContentLength = int64(len(prepared))
 	r2.Header.Set("Content-Type", "application/json")
