@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/internal/fastjson"
 )
@@ -241,6 +242,18 @@ func callError(ctx context.Context, err error) *apiError {
 			body = []byte("{}")
 		}
 		return &apiError{Status: he.Status, Message: he.Message(), Raw: body}
+	}
+	if v, _ := verbatim(ctx); v && !errors.Is(err, ErrBadRequest) && !errors.Is(err, ErrUnsupported) && !errors.Is(err, engine.ErrInvalidPrompt) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, upstream.ErrNoEndpoints) {
+		// No answer from the upstream after the retries: AL's proxy
+		// raises HTTPException 504 on a timeout, else 502
+		// (_send_upstream_with_retries, proxy.py lines 156-178).
+		e := &apiError{Status: http.StatusBadGateway, Message: "Upstream model server request failed"}
+		if errors.Is(err, context.DeadlineExceeded) {
+			e = &apiError{Status: http.StatusGatewayTimeout, Message: "Upstream model server timed out"}
+		}
+		e.Raw, _ = json.Marshal(map[string]string{"detail": e.Message})
+		return e
 	}
 	return backendError(err)
 }

@@ -407,3 +407,19 @@ func TestPrepareBody(t *testing.T) {
 		t.Fatalf("/r/ forwarded %v: want agl's own body", last)
 	}
 }
+
+// TestUpstreamUnreachable: no answer from the upstream after the retries
+// is AL's 502 {"detail": "Upstream model server request failed"}
+// (_send_upstream_with_retries, proxy.py line 163) on /al.
+func TestUpstreamUnreachable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, al.Config{}, true)
+	keys, _ := e.started(t, "r")
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	e.admin(t, "POST", "/al/api/models", `[{"model":"m","endpoint":"`+gone.URL+`/v1"}]`)
+	r := e.do(t, "POST", "/al/proxy/rollout/r/attempt/0/mode/train/openai/v1/chat/completions", chatBody, "Authorization: Bearer "+keys[0])
+	if r.status != 502 || r.body != `{"detail":"Upstream model server request failed"}` {
+		t.Fatalf("unreachable upstream: %d %s", r.status, r.body)
+	}
+}
