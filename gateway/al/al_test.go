@@ -176,7 +176,11 @@ const chatBody = `{"model":"anything","messages":[{"role":"user","content":"hi"}
 func TestAgentRouteOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, al.Config{}, true)
-	keys, _ := e.started(t, "r1", "r2")
+	keys, _ := e.started(t, "r1", "r0")
+	// r2 runs under an external controller, whose agents call with the
+	// server key; r0 under agl's, where such a call is refused.
+	e.admin(t, "POST", "/al/api/rollouts", `[{"rollout_id":"r2","input":2}]`)
+	e.admin(t, "PATCH", "/al/api/rollouts/r2", `{"status":{"state":"running"}}`)
 	route := func(rid, mode, path string) string {
 		return "/al/proxy/rollout/" + rid + "/attempt/0/mode/" + mode + "/openai/v1/" + path
 	}
@@ -203,6 +207,7 @@ func TestAgentRouteOrder(t *testing.T) {
 		{name: "stream", setup: "resume", path: ok, body: `{"stream":true,"messages":[]}`, headers: []string{"Authorization: Bearer " + keys[0]}, status: 400, detail: "Streaming responses are not supported"},
 		{name: "scoped key call", path: ok, body: chatBody, headers: []string{"Authorization: Bearer " + keys[0]}, status: 200},
 		{name: "admin call, val mode", path: route("r2", "val", "chat/completions"), body: chatBody, headers: []string{bearer}, status: 200},
+		{name: "admin call on agl's rollout", path: route("r0", "train", "chat/completions"), body: chatBody, headers: []string{bearer}, status: 409, detail: "Rollout r0 is run by agl's controller (attempt 1): its agent calls with its own key"},
 	}
 	for _, s := range steps {
 		for _, step := range strings.Split(s.setup, ",") {

@@ -251,9 +251,14 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	if at.Status != store.AttemptRunning {
 		return detailf(http.StatusConflict, "Rollout %s has no running attempt %s", ro.ID, r.PathValue("aid"))
 	}
-	if at.WorkerID == ExternalWorker {
-		h.beat(ctx, ro.ID, at.ID)
+	if at.WorkerID != ExternalWorker {
+		// An agent agl's controller runs calls with its own key; a call
+		// with the server key is another controller's agent (AL's
+		// LocalReconciler spawns before its PATCH to running, which agl's
+		// claim beat): it does not run this rollout.
+		return detailf(http.StatusConflict, "Rollout %s is run by agl's controller (attempt %d): its agent calls with its own key", ro.ID, at.Number)
 	}
+	h.beat(ctx, ro.ID, at.ID)
 	h.opt.LLM.ServeTrusted(w, r2, ro.ID, at.ID, "v1/"+path)
 	return nil
 }
