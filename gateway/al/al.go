@@ -182,6 +182,11 @@ type Handler struct {
 	// externally run rollout's attempt (beat).
 	beatMu sync.Mutex
 	beats  map[string]time.Time
+
+	// ext caches the running external attempt of (rollout, AL attempt)
+	// for the server key's calls (authTTL).
+	extMu sync.Mutex
+	ext   map[[2]string]authEntry
 }
 
 // authTTL is how long a verified scoped key is trusted on the agent route
@@ -216,7 +221,7 @@ func New(opt Options) *Handler {
 	if opt.Notify == nil {
 		opt.Notify = func() {}
 	}
-	h := &Handler{opt: opt, cfg: opt.Config, log: opt.Logger, mux: http.NewServeMux(), auth: map[authKey]authEntry{}, beats: map[string]time.Time{}}
+	h := &Handler{opt: opt, cfg: opt.Config, log: opt.Logger, mux: http.NewServeMux(), auth: map[authKey]authEntry{}, beats: map[string]time.Time{}, ext: map[[2]string]authEntry{}}
 	h.pause.retryAfter = 5
 	h.routes()
 	return h

@@ -147,3 +147,36 @@ func (h *Handler) beat(ctx context.Context, rid, aid string) {
 		h.log.Warn("al: heartbeat of an external attempt", "rollout", rid, "err", err)
 	}
 }
+
+// cacheExternal remembers for authTTL that AL's attempt aid of rollout rid
+// is the external attempt at, running: the server key's next calls skip
+// the store reads (the proxy checks the attempt again, and a call after it
+// ended gets its refusal; the heartbeat comes from the polls meanwhile).
+func (h *Handler) cacheExternal(rid, aid, at string) {
+	h.extMu.Lock()
+	if len(h.ext) >= 1<<16 {
+		clear(h.ext)
+	}
+	h.ext[[2]string{rid, aid}] = authEntry{attempt: at, until: time.Now().Add(authTTL)}
+	h.extMu.Unlock()
+}
+
+// cachedExternal returns the external attempt cacheExternal remembered.
+func (h *Handler) cachedExternal(rid, aid string) (string, bool) {
+	h.extMu.Lock()
+	e, ok := h.ext[[2]string{rid, aid}]
+	h.extMu.Unlock()
+	if !ok || time.Now().After(e.until) {
+		return "", false
+	}
+	return e.attempt, true
+}
+
+// forgetExternal drops rollout rid's cached external attempt (it ended
+// through this gateway process).
+func (h *Handler) forgetExternal(rid, at string) {
+	h.extMu.Lock()
+	delete(h.ext, [2]string{rid, DefaultAttemptID})
+	delete(h.ext, [2]string{rid, at})
+	h.extMu.Unlock()
+}

@@ -53,6 +53,7 @@ func TestExternalLocalReconciler(t *testing.T) {
 		{"poll while running", "GET", "/al/api/rollouts?state_in=running&limit=50", "", 200, `"last_attempt_id":"0"`},
 		{"finish ok", "PATCH", "/al/api/rollouts/ok", `{"status":{"state":"succeeded","last_attempt_id":"0"}}`, 200, `"state":"succeeded","k8s_job_name":null,"last_attempt_id":"0","error_message":null,"version":3`},
 		{"finish bad", "PATCH", "/al/api/rollouts/bad", `{"status":{"state":"failed","error_message":"subprocess exited with code 1"}}`, 200, `"state":"failed","k8s_job_name":null,"last_attempt_id":"0","error_message":"subprocess exited with code 1","version":3`},
+		{"call after the end (within the 1 s cache)", "POST", "/al/proxy/rollout/ok/attempt/0/mode/train/openai/v1/chat/completions", chatBody, 409, `{"detail":"Rollout ok has no running attempt 0"}`},
 		{"finished twice", "PATCH", "/al/api/rollouts/ok", `{"status":{"state":"succeeded"}}`, 409, `cannot transition succeeded -> succeeded`},
 		{"terminal", "GET", "/al/api/rollouts/terminal?after=0", "", 200, `"items":[{"rollout_id":"ok","state":"succeeded","data_id":"","is_train":true},{"rollout_id":"bad","state":"failed","data_id":"","is_train":false}],"next_after":2,"total_terminal":2`},
 	}

@@ -166,10 +166,13 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	// (the proxy checks again); the admin key may name any rollout.
 	scoped, _ := ctx.Value(scopedAttempt{}).(string)
 	var ro store.Rollout
+	ext, cached := "", false
 	if scoped == "" {
-		var err error
-		if ro, _, err = h.visible(ctx, rid, false); err != nil {
-			return err
+		if ext, cached = h.cachedExternal(rid, r.PathValue("aid")); !cached {
+			var err error
+			if ro, _, err = h.visible(ctx, rid, false); err != nil {
+				return err
+			}
 		}
 	}
 	if h.opt.LLM == nil {
@@ -244,6 +247,10 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 		h.opt.LLM.ServeHTTP(w, r2)
 		return nil
 	}
+	if cached {
+		h.opt.LLM.ServeTrusted(w, r2, rid, ext, "v1/"+path)
+		return nil
+	}
 	ro, at, err := h.writeTarget(ctx, ro, r.PathValue("aid"), true)
 	if err != nil {
 		return err
@@ -259,6 +266,7 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 		return detailf(http.StatusConflict, "Rollout %s is run by agl's controller (attempt %d): its agent calls with its own key", ro.ID, at.Number)
 	}
 	h.beat(ctx, ro.ID, at.ID)
+	h.cacheExternal(ro.ID, r.PathValue("aid"), at.ID)
 	h.opt.LLM.ServeTrusted(w, r2, ro.ID, at.ID, "v1/"+path)
 	return nil
 }

@@ -559,6 +559,9 @@ func (h *Handler) patchRollout(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		x.status = &sd
+		if to != StateRunning {
+			h.forgetExternal(ro.ID, at.ID)
+		}
 	}
 	switch {
 	case to == StateFailed && from != StateFailed:
