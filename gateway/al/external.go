@@ -173,7 +173,7 @@ func (h *Handler) cachedExternal(rid, aid string) (string, bool) {
 }
 
 // forgetExternal drops rollout rid's cached external attempt (it ended
-// through this gateway process).
+// through this gateway process: a PATCH or a DELETE; at may be "").
 func (h *Handler) forgetExternal(rid, at string) {
 	h.extMu.Lock()
 	delete(h.ext, [2]string{rid, DefaultAttemptID})

@@ -615,6 +615,7 @@ func (h *Handler) deleteRollout(w http.ResponseWriter, r *http.Request) error {
 		if ro, err = h.opt.Store.CancelRollout(ctx, id, deletedReason); err != nil && !errors.Is(err, store.ErrConflict) {
 			return err
 		}
+		h.forgetExternal(id, "")
 		h.opt.Notify()
 	}
 	switch {
