@@ -72,6 +72,10 @@ type Result struct {
 	// completion (Complete).
 	Message chat.Message
 	Text    string
+	// Raw, when set, is the upstream's own answer to the same API the
+	// caller called (chat-mode UpstreamBackend), which a call marked
+	// WithVerbatim gets as is instead of agl's encoding of Result.
+	Raw []byte
 
 	PromptIDs []int32
 	// PromptIDsJSON, when set, holds the prompt ids instead of PromptIDs,

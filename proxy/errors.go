@@ -1,11 +1,16 @@
 package proxy
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 
+	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/internal/fastjson"
 )
 
@@ -32,6 +37,9 @@ type apiError struct {
 	Code string
 	// RetryAfter, when > 0, is sent as a Retry-After header (seconds).
 	RetryAfter int
+	// Raw, when set, is the body as is: an upstream's error passed
+	// through on a call marked WithVerbatim.
+	Raw []byte
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -138,6 +146,9 @@ func writeError(w http.ResponseWriter, style errorStyle, e *apiError) {
 
 // errorBody is e's JSON body in the given style.
 func errorBody(style errorStyle, e *apiError) []byte {
+	if e.Raw != nil {
+		return e.Raw
+	}
 	b := make([]byte, 0, 128+len(e.Message))
 	if style == styleAnthropic {
 		b = append(b, `{"type":"error","error":{"type":`...)
@@ -188,4 +199,61 @@ func appendNullableString(b []byte, s string) []byte {
 		return append(b, "null"...)
 	}
 	return fastjson.AppendString(b, s)
+}
+
+// verbatimKey marks a call whose upstream answers pass through; its
+// value is the body to send upstream (nil: agl's).
+type verbatimKey struct{}
+
+// WithVerbatim marks a call (Agent Lightning's agent route, an OpenAI
+// chat/completions or completions call) that reaches a chat-mode upstream
+// (UpstreamBackend) as AL's proxy forwards it and whose answers come back
+// as AL's proxy returns them: upstreamBody, when set, is the body sent
+// upstream as is (AL's prepare_body: the caller's fields kept, no
+// max_tokens bound); a non-streamed answer comes back with every field
+// the upstream sent (Result.Raw; the record keeps agl's encoding); an
+// error with the upstream's status and body instead of agl's normalised
+// error (a JSON body verbatim, any other as {}, as AL answers a non-JSON
+// body; the call's error record holds it).
+func WithVerbatim(ctx context.Context, upstreamBody []byte) context.Context {
+	if upstreamBody == nil {
+		upstreamBody = []byte{}
+	}
+	return context.WithValue(ctx, verbatimKey{}, upstreamBody)
+}
+
+// verbatim reports whether ctx is marked WithVerbatim, and the body to
+// send upstream (nil: agl's own).
+func verbatim(ctx context.Context) (bool, []byte) {
+	b, ok := ctx.Value(verbatimKey{}).([]byte)
+	if len(b) == 0 {
+		b = nil
+	}
+	return ok, b
+}
+
+// callError is backendError, with an upstream's error answer passed
+// through on a call marked WithVerbatim.
+func callError(ctx context.Context, err error) *apiError {
+	var he *upstream.HTTPError
+	if v, _ := verbatim(ctx); v && errors.As(err, &he) && he.Status >= 400 {
+		body := bytes.TrimSpace(he.Body)
+		if len(body) == 0 || !json.Valid(body) {
+			body = []byte("{}")
+		}
+		return &apiError{Status: he.Status, Message: he.Message(), Raw: body}
+	}
+	if v, _ := verbatim(ctx); v && !errors.Is(err, ErrBadRequest) && !errors.Is(err, ErrUnsupported) && !errors.Is(err, engine.ErrInvalidPrompt) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, upstream.ErrNoEndpoints) {
+		// No answer from the upstream after the retries: AL's proxy
+		// raises HTTPException 504 on a timeout, else 502
+		// (_send_upstream_with_retries, proxy.py lines 156-178).
+		e := &apiError{Status: http.StatusBadGateway, Message: "Upstream model server request failed"}
+		if errors.Is(err, context.DeadlineExceeded) {
+			e = &apiError{Status: http.StatusGatewayTimeout, Message: "Upstream model server timed out"}
+		}
+		e.Raw, _ = json.Marshal(map[string]string{"detail": e.Message})
+		return e
+	}
+	return backendError(err)
 }

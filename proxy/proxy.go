@@ -384,7 +384,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	}
 	cancel()
 	if err != nil {
-		fail(backendError(err))
+		fail(callError(ctx, err))
 		return
 	}
 	p.usage.generated(p.cfg.AttemptLimits, t, len(c.res.ResponseIDs))
@@ -399,6 +399,11 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	if aerr := p.record(ctx, c, resp); aerr != nil {
 		fail(aerr)
 		return
+	}
+	if v, _ := verbatim(ctx); v && c.res.Raw != nil && !c.stream && !c.arrayStream {
+		// Agent Lightning's route: the upstream's answer, every field as
+		// it sent them (agl's encoding is what the record keeps).
+		resp = c.res.Raw
 	}
 	started := ka.stop()
 	h := w.Header()

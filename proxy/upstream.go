@@ -44,6 +44,7 @@ func fromUpstream(r *upstream.Result, s engine.Sampling) *Result {
 		FinishReason: r.FinishReason, Model: r.Model, ModelVersion: r.Version,
 		RenderReason: ReasonUpstream, Retries: r.Retries,
 		PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
+		Raw: r.Raw,
 	}
 	if r.MaxTokens != s.MaxTokens {
 		// Clamped to the model's context.
@@ -55,7 +56,8 @@ func fromUpstream(r *upstream.Result, s engine.Sampling) *Result {
 
 // Chat implements Backend.
 func (b *UpstreamBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, error) {
-	r, err := b.c.Chat(ctx, upstream.ChatRequest{Model: req.Model, Sticky: req.Target.RolloutID, Conv: req.Conv, Sampling: req.Sampling, Stop: req.Stop})
+	_, body := verbatim(ctx)
+	r, err := b.c.Chat(ctx, upstream.ChatRequest{Model: req.Model, Sticky: req.Target.RolloutID, Conv: req.Conv, Sampling: req.Sampling, Stop: req.Stop, Body: body})
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +72,8 @@ func (b *UpstreamBackend) Chat(ctx context.Context, req *ChatRequest) (*Result, 
 
 // Complete implements Backend.
 func (b *UpstreamBackend) Complete(ctx context.Context, req *CompleteRequest) (*Result, error) {
-	cr := upstream.CompletionRequest{Model: req.Model, Sticky: req.Target.RolloutID, Sampling: req.Sampling, Stop: req.Stop}
+	_, body := verbatim(ctx)
+	cr := upstream.CompletionRequest{Model: req.Model, Sticky: req.Target.RolloutID, Sampling: req.Sampling, Stop: req.Stop, Body: body}
 	if req.IDsGiven {
 		cr.PromptIDs = req.PromptIDs
 	} else {

@@ -176,10 +176,13 @@ type Claim struct {
 	Key     string  `json:"key"`
 }
 
-// ClaimRequest names the worker claiming, and optionally restricts the mode.
+// ClaimRequest names the worker claiming, and optionally restricts the mode
+// or names the one rollout to claim (an external controller starting the
+// rollout it was handed: ErrNoneQueued unless that rollout is queued).
 type ClaimRequest struct {
-	WorkerID string `json:"worker_id"`
-	Mode     Mode   `json:"mode,omitempty"`
+	WorkerID  string `json:"worker_id"`
+	Mode      Mode   `json:"mode,omitempty"`
+	RolloutID string `json:"rollout_id,omitempty"`
 }
 
 // Event is one append-only record of something an attempt did.

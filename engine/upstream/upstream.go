@@ -521,6 +521,10 @@ type ChatRequest struct {
 	Conv     chat.Conversation
 	Sampling engine.Sampling
 	Stop     []string
+	// Body, when set, is sent as is instead of a body built from the
+	// fields above (no max_tokens bound either): a caller's own request,
+	// as Agent Lightning's proxy forwards it. The answer is read the same.
+	Body []byte
 }
 
 // CompletionRequest is one Completions call with a text or token-id prompt.
@@ -531,6 +535,8 @@ type CompletionRequest struct {
 	PromptIDs []int32
 	Sampling  engine.Sampling
 	Stop      []string
+	// Body, when set, is sent as is (see ChatRequest.Body).
+	Body []byte
 }
 
 // Result is one upstream generation.
@@ -560,6 +566,9 @@ type Result struct {
 	MaxTokens int
 
 	PromptTokens, CompletionTokens int
+	// Raw is the answer as the upstream sent it (read-only: the fields
+	// above may share its bytes), for a caller that passes it on as is.
+	Raw []byte
 }
 
 type wireFunction struct {
@@ -732,7 +741,7 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Result, error) {
 	for _, t := range req.Conv.Tools {
 		w.Tools = append(w.Tools, wireTool{Type: "function", Function: wireFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
 	}
-	return c.call(ctx, m, req.Sticky, "/chat/completions", &w)
+	return c.call(ctx, m, req.Sticky, "/chat/completions", &w, req.Body)
 }
 
 // Completion sends a Completions call.
@@ -745,29 +754,29 @@ func (c *Client) Completion(ctx context.Context, req CompletionRequest) (*Result
 	} else {
 		w.Prompt = req.Prompt
 	}
-	return c.call(ctx, m, req.Sticky, "/completions", &w)
+	return c.call(ctx, m, req.Sticky, "/completions", &w, req.Body)
 }
 
-func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wireRequest) (*Result, error) {
+// encodeCall encodes w for model m, with max_tokens bounded by the
+// model's max_context (clamped: a bound that might not fit was not sent).
+func (c *Client) encodeCall(m *model, w *wireRequest) (body []byte, clamped bool, err error) {
 	size := 1024 + 4*len(w.StopTokenIDs)
 	for i := range w.Messages {
 		if m := &w.Messages[i]; m.Content != nil {
 			size += len(*m.Content) + len(*m.Content)/16 + 64
 		}
 	}
-	asked := w.MaxTokens
-	body, err := encodeRequest(make([]byte, 0, size), w)
+	body, err = encodeRequest(make([]byte, 0, size), w)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	clamped := false
 	if ids, isIDs := w.Prompt.([]int32); isIDs && m.maxContext > 0 {
 		// The prompt's length is known: ask for at most the room left
 		// (a prompt that leaves none is the upstream's to refuse).
 		if room := m.maxContext - len(ids); room > 0 && w.MaxTokens > room {
 			w.MaxTokens = room
 			if body, err = encodeRequest(body[:0], w); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 	} else if m.maxContext > 0 && w.MaxTokens > 0 && w.MaxTokens > m.maxContext-len(body)-templateSlack {
@@ -779,6 +788,19 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 		// the room left when none is given.
 		w.MaxTokens, clamped = 0, true
 		if body, err = encodeRequest(body[:0], w); err != nil {
+			return nil, false, err
+		}
+	}
+	return body, clamped, nil
+}
+
+func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wireRequest, raw []byte) (*Result, error) {
+	asked := w.MaxTokens
+	clamped := false
+	body := raw
+	if raw == nil {
+		var err error
+		if body, clamped, err = c.encodeCall(m, w); err != nil {
 			return nil, err
 		}
 	}
@@ -809,6 +831,7 @@ func (c *Client) call(ctx context.Context, m *model, sticky, path string, w *wir
 		PromptTokens:     resp.Usage.PromptTokens,
 		CompletionTokens: resp.Usage.CompletionTokens,
 		MaxTokens:        w.MaxTokens,
+		Raw:              out,
 	}
 	if clamped {
 		r.MaxTokens = asked

@@ -8,13 +8,14 @@
 // (agentlightning/server/app.py and routes/*.py at v1.0.0):
 //
 //	GET    /healthz                                   {"status":"ok"}, no auth
+//	GET    /openapi.json                              AL's info and operations, no auth
 //	POST   /api/models    [Model…]                    201, upsert by (model, endpoint)
 //	DELETE /api/models                                {"status":"ok"}
 //	POST   /api/rollouts  [RolloutCreate…]            201, idempotent on rollout_id
 //	GET    /api/rollouts?state_in=…&limit=            [Rollout…]
 //	GET    /api/rollouts/terminal?after=&limit=       {"items","next_after","total_terminal"}
 //	GET    /api/rollouts/{id}                         {"rollout": Rollout, "attempts": […]}
-//	PATCH  /api/rollouts/{id}  {"status":{…}}         Rollout
+//	PATCH  /api/rollouts/{id}  {"status":{…}}         Rollout (running: an external controller starts it)
 //	DELETE /api/rollouts/{id}                         204, also when unknown
 //	POST   /api/rollouts/{id}/attempt/{aid}/events    Event
 //	GET    /api/rollouts/{id}/events?event_type=&format=triplet
@@ -31,7 +32,8 @@
 // Errors are FastAPI's {"detail": …}. Every route but /healthz needs the
 // admin key (Authorization: Bearer KEY or X-API-Key: KEY); an attempt's
 // scoped key (the AGL_KEY agl's controller gives an AL agent) reaches only
-// its own rollout's LLM route and event POST.
+// its own rollout: the LLM route, the event POST and the two reads (the
+// rollout, its events less the controller's).
 package al
 
 import (
@@ -175,6 +177,16 @@ type Handler struct {
 	// auth caches verified scoped keys of the agent route (authTTL).
 	authMu sync.Mutex
 	auth   map[authKey]authEntry
+
+	// beats is when this process last refreshed the heartbeat of each
+	// externally run rollout's attempt (beat).
+	beatMu sync.Mutex
+	beats  map[string]time.Time
+
+	// ext caches the running external attempt of (rollout, AL attempt)
+	// for the server key's calls (authTTL).
+	extMu sync.Mutex
+	ext   map[[2]string]authEntry
 }
 
 // authTTL is how long a verified scoped key is trusted on the agent route
@@ -209,7 +221,7 @@ func New(opt Options) *Handler {
 	if opt.Notify == nil {
 		opt.Notify = func() {}
 	}
-	h := &Handler{opt: opt, cfg: opt.Config, log: opt.Logger, mux: http.NewServeMux(), auth: map[authKey]authEntry{}}
+	h := &Handler{opt: opt, cfg: opt.Config, log: opt.Logger, mux: http.NewServeMux(), auth: map[authKey]authEntry{}, beats: map[string]time.Time{}, ext: map[[2]string]authEntry{}}
 	h.pause.retryAfter = 5
 	h.routes()
 	return h
@@ -227,7 +239,8 @@ type access int
 const (
 	admin access = iota
 	// attemptKey also admits the scoped key of the rollout's attempt
-	// named by {id} and {aid}.
+	// named by {id} and {aid} (the latest attempt on a route without
+	// {aid}: the rollout's own reads).
 	attemptKey
 	public
 )
@@ -254,16 +267,17 @@ func (h *Handler) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
 	})
+	add("GET /openapi.json", public, h.openAPI)
 	add("POST /api/models", admin, h.registerModels)
 	add("DELETE /api/models", admin, h.deleteModels)
 	add("POST /api/rollouts", admin, h.createRollouts)
 	add("GET /api/rollouts", admin, h.listRollouts)
 	add("GET /api/rollouts/terminal", admin, h.terminal)
-	add("GET /api/rollouts/{id}", admin, h.getRollout)
+	add("GET /api/rollouts/{id}", attemptKey, h.getRollout)
 	add("PATCH /api/rollouts/{id}", admin, h.patchRollout)
 	add("DELETE /api/rollouts/{id}", admin, h.deleteRollout)
 	add("POST /api/rollouts/{id}/attempt/{aid}/events", attemptKey, h.postEvent)
-	add("GET /api/rollouts/{id}/events", admin, h.listEvents)
+	add("GET /api/rollouts/{id}/events", attemptKey, h.listEvents)
 	add("POST /proxy/pause", admin, h.pauseProxy)
 	add("POST /proxy/resume", admin, h.resumeProxy)
 	add("GET /proxy/state", admin, h.proxyState)
@@ -345,6 +359,10 @@ func (h *Handler) authorize(r *http.Request, a access, cached bool) (string, err
 		return "", errAuth
 	}
 	ak := authKey{rid: r.PathValue("id"), aid: r.PathValue("aid"), sum: sha256.Sum256([]byte(key))}
+	if ak.aid == "" {
+		// A read of the rollout itself: the key of its latest attempt.
+		ak.aid = DefaultAttemptID
+	}
 	if cached {
 		h.authMu.Lock()
 		e, ok := h.auth[ak]

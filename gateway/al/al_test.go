@@ -39,13 +39,21 @@ type env struct {
 // newEnv runs a gateway with the AL API (model_name m) over a real SQLite
 // store and agl's proxy in front of a vLLM-format upstream on loopback.
 func newEnv(t testing.TB, cfg al.Config, withLLM bool) *env {
+	return newEnvWith(t, cfg, withLLM, "m", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, vllmAnswer)
+	})
+}
+
+// newEnvWith is newEnv with the engine's model name and the upstream's
+// handler given.
+func newEnvWith(t testing.TB, cfg al.Config, withLLM bool, model string, upstreamHandler http.HandlerFunc) *env {
 	t.Helper()
 	e := &env{}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.upCalls.Add(1)
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, vllmAnswer)
+		upstreamHandler(w, r)
 	}))
 	t.Cleanup(up.Close)
 	e.upstream = up.URL + "/v1"
@@ -57,16 +65,20 @@ func newEnv(t testing.TB, cfg al.Config, withLLM bool) *env {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opt := gateway.Options{Store: st, AdminKey: adminKey, ReapInterval: -1, Logger: quiet}
 	var px *proxy.Proxy
+	var changed func(context.Context)
 	if withLLM {
-		cl, err := upstream.New(upstream.Config{Models: []upstream.Model{{Name: "m", Endpoints: []string{e.upstream}}}})
+		cl, err := upstream.New(upstream.Config{Models: []upstream.Model{{Name: model, Endpoints: []string{e.upstream}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		px = proxy.New(proxy.Config{}, st, proxy.NewUpstreamBackend(cl))
 		opt.LLM = px
+		// As agl gateway: the routing table follows the model registry.
+		changed = proxy.NewModelSync(st, cl, quiet).Changed
+		opt.ModelsChanged = changed
 	}
 	gw := gateway.New(opt)
-	ao := al.Options{Config: cfg, Store: st, Late: st, IsAdmin: gw.IsAdmin, Logger: quiet, DefaultModel: "m"}
+	ao := al.Options{Config: cfg, Store: st, Late: st, IsAdmin: gw.IsAdmin, Logger: quiet, DefaultModel: model, ModelsChanged: changed}
 	if px != nil {
 		ao.LLM = px
 	}
@@ -164,7 +176,11 @@ const chatBody = `{"model":"anything","messages":[{"role":"user","content":"hi"}
 func TestAgentRouteOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, al.Config{}, true)
-	keys, _ := e.started(t, "r1", "r2")
+	keys, _ := e.started(t, "r1", "r0")
+	// r2 runs under an external controller, whose agents call with the
+	// server key; r0 under agl's, where such a call is refused.
+	e.admin(t, "POST", "/al/api/rollouts", `[{"rollout_id":"r2","input":2}]`)
+	e.admin(t, "PATCH", "/al/api/rollouts/r2", `{"status":{"state":"running"}}`)
 	route := func(rid, mode, path string) string {
 		return "/al/proxy/rollout/" + rid + "/attempt/0/mode/" + mode + "/openai/v1/" + path
 	}
@@ -191,6 +207,7 @@ func TestAgentRouteOrder(t *testing.T) {
 		{name: "stream", setup: "resume", path: ok, body: `{"stream":true,"messages":[]}`, headers: []string{"Authorization: Bearer " + keys[0]}, status: 400, detail: "Streaming responses are not supported"},
 		{name: "scoped key call", path: ok, body: chatBody, headers: []string{"Authorization: Bearer " + keys[0]}, status: 200},
 		{name: "admin call, val mode", path: route("r2", "val", "chat/completions"), body: chatBody, headers: []string{bearer}, status: 200},
+		{name: "admin call on agl's rollout", path: route("r0", "train", "chat/completions"), body: chatBody, headers: []string{bearer}, status: 409, detail: "Rollout r0 is run by agl's controller (attempt 1): its agent calls with its own key"},
 	}
 	for _, s := range steps {
 		for _, step := range strings.Split(s.setup, ",") {
@@ -239,12 +256,13 @@ func TestAgentRouteOrder(t *testing.T) {
 	}
 }
 
-// TestScopedKeyReach: an attempt's key posts events to its own rollout
-// only, and reaches no admin route.
+// TestScopedKeyReach: an attempt's key reads its own rollout and its
+// events (less the controller's) and posts AL's harness events to it
+// (rewards, logs, custom), never another rollout's nor an admin route.
 func TestScopedKeyReach(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, al.Config{}, false)
-	keys, _ := e.started(t, "a", "b")
+	keys, aids := e.started(t, "a", "b")
 	k := "Authorization: Bearer " + keys[0]
 	cases := []struct {
 		method, path, body string
@@ -253,8 +271,17 @@ func TestScopedKeyReach(t *testing.T) {
 		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"reward","data":{"value":1,"source":"agent"}}`, 200},
 		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"model_request","data":{}}`, 403},
 		{"POST", "/al/api/rollouts/b/attempt/0/events", `{"event_type":"reward","data":{"value":1}}`, 401},
-		{"GET", "/al/api/rollouts/a/events", "", 401},
-		{"GET", "/al/api/rollouts/a", "", 401},
+		{"GET", "/al/api/rollouts/a/events", "", 200},
+		{"GET", "/al/api/rollouts/a/events?format=triplet", "", 200},
+		{"GET", "/al/api/rollouts/a", "", 200},
+		{"GET", "/al/api/rollouts/b", "", 401},
+		{"GET", "/al/api/rollouts/b/events", "", 401},
+		{"GET", "/al/api/rollouts?state_in=running", "", 401},
+		{"PATCH", "/al/api/rollouts/a", `{"status":{"state":"failed"}}`, 401},
+		{"DELETE", "/al/api/rollouts/a", "", 401},
+		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"tests","data":{}}`, 403},
+		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"my_custom","data":{"k":1}}`, 200},
+		{"POST", "/al/api/rollouts/a/attempt/0/events", `{"event_type":"log","data":{"msg":"hi"}}`, 200},
 		{"POST", "/al/api/rollouts", `[{"input":1}]`, 401},
 		{"POST", "/al/proxy/pause", `{}`, 401},
 		{"DELETE", "/al/api/models", "", 401},
@@ -266,9 +293,19 @@ func TestScopedKeyReach(t *testing.T) {
 		}
 	}
 	var evs []map[string]any
-	e.admin(t, "GET", "/al/api/rollouts/a/events", "").json(t, &evs)
+	e.admin(t, "GET", "/al/api/rollouts/a/events?event_type=reward", "").json(t, &evs)
 	if len(evs) != 1 || evs[0]["attempt_id"] != "0" || evs[0]["data"].(map[string]any)["source"] != "agent" {
 		t.Fatalf("events %v", evs)
+	}
+	// The controller's events are not the agent's to read.
+	if _, err := e.st.AppendEvents(context.Background(), "a", aids[0], []store.NewEvent{{Type: "tests", Data: json.RawMessage(`{"hidden":true}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	var mine, all []map[string]any
+	e.do(t, "GET", "/al/api/rollouts/a/events", "", k).json(t, &mine)
+	e.admin(t, "GET", "/al/api/rollouts/a/events", "").json(t, &all)
+	if len(mine) != 3 || len(all) != 4 {
+		t.Fatalf("the agent reads %d events, the admin %d; want 3 and 4 (tests hidden from the agent)", len(mine), len(all))
 	}
 }
 
@@ -331,7 +368,7 @@ func TestRollouts(t *testing.T) {
 		{"not a list", "POST", "/al/api/rollouts", `{"input":1}`, 422, `"detail"`},
 		{"reserved metadata", "POST", "/al/api/rollouts", `[{"input":1,"metadata":{"_al":1}}]`, 422, `reserved`},
 		{"bad id", "POST", "/al/api/rollouts", `[{"input":1,"rollout_id":"a b"}]`, 422, `"detail"`},
-		{"create", "POST", "/al/api/rollouts", `[{"input":{"instance_id":"i-1"},"is_train":false,"metadata":{"batch_idx":3,"extra":"x"},"rollout_id":"x1"},{"input":2,"rollout_id":"x2"}]`, 201,
+		{"create", "POST", "/al/api/rollouts", `[{"input":{"instance_id":"i-1"},"is_train":false,"metadata":{"batch_idx":3,"extra":"x"},"rollout_id":"x1"},{"input":2,"rollout_id":"x2"},{"input":3,"rollout_id":"x3"}]`, 201,
 			`"config":{"timeout_seconds":3600,"local":null,"k8s":null},"metadata":{"batch_idx":3,"extra":"x","sample_idx_in_batch":null},"status":{"state":"queuing","k8s_job_name":null,"last_attempt_id":null,"error_message":null,"version":1`},
 		{"create again", "POST", "/al/api/rollouts", `[{"input":"changed","rollout_id":"x1"}]`, 201, `"input":{"instance_id":"i-1"}`},
 		{"generated id", "POST", "/al/api/rollouts", `[{"input":3}]`, 201, `"rollout_id":"`},
@@ -343,7 +380,10 @@ func TestRollouts(t *testing.T) {
 		{"patch extra field", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"failed","bogus":1}}`, 422, `"detail"`},
 		{"patch nothing", "PATCH", "/al/api/rollouts/x1", `{}`, 200, `"state":"queuing"`},
 		{"patch queuing->succeeded", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"succeeded"}}`, 409, `Rollout x1: cannot transition queuing -> succeeded`},
-		{"patch queuing->running", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"running"}}`, 409, `agl's controller starts rollouts`},
+		{"patch queuing->running (an external controller)", "PATCH", "/al/api/rollouts/x3", `{"status":{"state":"running","k8s_job_name":"job-x3","last_attempt_id":"0"}}`, 200,
+			`"status":{"state":"running","k8s_job_name":"job-x3","last_attempt_id":"0","error_message":null,"version":2,`},
+		{"patch running->running", "PATCH", "/al/api/rollouts/x3", `{"status":{"state":"running"}}`, 409, `Rollout x3: cannot transition running -> running`},
+		{"fields kept", "GET", "/al/api/rollouts/x3", "", 200, `"k8s_job_name":"job-x3","last_attempt_id":"0"`},
 		{"patch queuing->failed", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"failed","error_message":"bad input"}}`, 200, `"state":"failed","k8s_job_name":null,"last_attempt_id":null,"error_message":"bad input","version":2`},
 		{"patch failed->running", "PATCH", "/al/api/rollouts/x1", `{"status":{"state":"running"}}`, 409, `cannot transition failed -> running`},
 		{"terminal", "GET", "/al/api/rollouts/terminal", "", 200, `{"items":[{"rollout_id":"x1","state":"failed","data_id":"i-1","is_train":false}],"next_after":1,"total_terminal":1}`},
@@ -383,8 +423,8 @@ func TestRollouts(t *testing.T) {
 	}
 }
 
-// TestRunningPatchAndLateEvents: running → succeeded completes agl's
-// attempt; an admin's event to the terminal rollout is kept (a hook's);
+// TestRunningPatchAndLateEvents: a rollout agl's controller runs is not
+// ended by an external controller's PATCH; an admin's event to the terminal rollout is kept (a hook's);
 // the attempt's key can no longer post once it is revoked.
 func TestRunningPatchAndLateEvents(t *testing.T) {
 	t.Parallel()
@@ -395,8 +435,14 @@ func TestRunningPatchAndLateEvents(t *testing.T) {
 	if st := ro["rollout"].(map[string]any)["status"].(map[string]any); st["state"] != "running" || st["last_attempt_id"] != "0" || st["version"] != 2.0 {
 		t.Fatalf("claimed rollout %v", st)
 	}
-	if r := e.admin(t, "PATCH", "/al/api/rollouts/r", `{"status":{"state":"succeeded","last_attempt_id":"0"}}`); r.status != 200 || !strings.Contains(r.body, `"state":"succeeded"`) {
-		t.Fatalf("patch: %d %s", r.status, r.body)
+	// agl's controller runs r: an external controller's PATCH may not end it.
+	for _, b := range []string{`{"status":{"state":"succeeded","last_attempt_id":"0"}}`, `{"status":{"state":"failed","error_message":"local subprocess is not running"}}`, `{"status":{"k8s_job_name":"j"}}`} {
+		if r := e.admin(t, "PATCH", "/al/api/rollouts/r", b); r.status != 409 || !strings.Contains(r.body, "run by agl's controller") {
+			t.Fatalf("patch %s of agl's rollout: %d %s", b, r.status, r.body)
+		}
+	}
+	if _, err := e.st.CompleteAttempt(context.Background(), "r", aids[0], store.AttemptSucceeded, ""); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.st.RevokeKey(context.Background(), "r", aids[0]); err != nil {
 		t.Fatal(err)
@@ -423,15 +469,36 @@ func TestRunningPatchAndLateEvents(t *testing.T) {
 			t.Fatalf("delete%s: events %v %v", q, evs, err)
 		}
 	}
-	e.started(t, "r2")
+	_, aids2 := e.started(t, "r2")
 	for _, c := range []struct{ body, has string }{
 		{`{"data":{}}`, `"loc":["body","event_type"]`},
 		{`{"event_type":"x","data":[1]}`, `"loc":["body","data"]`},
-		{`{"event_type":"reward","data":{"value":"high"}}`, `detail`},
+		{`{"event_type":"reward","data":{"value":1e308}}`, `out of range`},
 	} {
 		if r := e.admin(t, "POST", "/al/api/rollouts/r2/attempt/0/events", c.body); r.status != 422 || !strings.Contains(r.body, c.has) {
 			t.Fatalf("%s: %d %s", c.body, r.status, r.body)
 		}
+	}
+	// A reward AL keeps whatever its value: a boolean posted by a hook to
+	// a finished rollout, a string from the agent; kept as posted, counted
+	// by neither agl's summary nor AL's trainer.
+	if _, err := e.st.CompleteAttempt(context.Background(), "r2", aids2[0], store.AttemptSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.admin(t, "POST", "/al/api/rollouts/r2/attempt/0/events", `{"event_type":"reward","data":{"value":true}}`); r.status != 200 || !strings.Contains(r.body, `"value":true`) {
+		t.Fatalf("boolean reward on a finished rollout: %d %s", r.status, r.body)
+	}
+	keys2, aids3 := e.started(t, "r3")
+	if r := e.do(t, "POST", "/al/api/rollouts/r3/attempt/0/events", `{"event_type":"reward","data":{"value":"high"}}`, "Authorization: Bearer "+keys2[0]); r.status != 200 {
+		t.Fatalf("string reward from the agent: %d %s", r.status, r.body)
+	}
+	var kept []map[string]any
+	e.admin(t, "GET", "/al/api/rollouts/r3/events?format=triplet", "").json(t, &kept)
+	if len(kept) != 1 || kept[0]["data"].(map[string]any)["value"] != "high" {
+		t.Fatalf("string reward kept: %v", kept)
+	}
+	if ro, err := e.st.CompleteAttempt(context.Background(), "r3", aids3[0], store.AttemptSucceeded, ""); err != nil || ro.Reward != nil {
+		t.Fatalf("a string reward counted in agl's summary: %+v %v", ro.Reward, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package al
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -26,14 +27,18 @@ type Event struct {
 // which a harness may not claim; AL's RewardData.source is free text.
 const alSourceKey = "al_source"
 
-// toEvent renders an agl event as AL's (attempt "0").
-func toEvent(ev store.Event) Event {
+// toEvent renders an agl event as AL's (attempt "0"); versions maps the
+// model versions AL registered to AL's numbers (alVersions; nil: none).
+func toEvent(ev store.Event, versions map[string]map[int64]int64) Event {
 	out := Event{EventType: ev.Type, RolloutID: ev.RolloutID, AttemptID: DefaultAttemptID, Timestamp: seconds(ev.Time)}
 	if ev.Type == store.EventModelRequest {
 		var mc api.ModelCall
 		// The gateway's own events (api.ModelCall, API always set); one an
 		// admin posted in AL's shape passes through as posted.
 		if err := json.Unmarshal(ev.Data, &mc); err == nil && mc.API != "" {
+			if v, ok := versions[mc.Model][mc.ModelVersion]; ok {
+				mc.ModelVersion = v
+			}
 			out.Data = modelRequestData(mc)
 			return out
 		}
@@ -63,6 +68,9 @@ func toEvent(ev store.Event) Event {
 // prompt_token_ids at the top of a chat completion (per choice for a
 // completion), and each choice's token_ids and logprobs.
 func modelRequestData(mc api.ModelCall) map[string]any {
+	if mc.Status == api.CallError {
+		return errorRequestData(mc)
+	}
 	var resp map[string]any
 	if dec := json.NewDecoder(bytes.NewReader(mc.Response)); dec.Decode(&resp) != nil || resp == nil {
 		resp = map[string]any{}
@@ -76,12 +84,18 @@ func modelRequestData(mc api.ModelCall) map[string]any {
 		if c0, ok := choices[0].(map[string]any); ok {
 			if !mc.NoTokenIDs {
 				c0["token_ids"] = ints(mc.ResponseIDs)
+				if mc.API == api.ShapeCompletions {
+					c0["prompt_token_ids"] = ints(mc.PromptIDs)
+				}
+			}
+			// No log-probs recorded: none in the response, so AL's triplet
+			// reads null (_extract_choice_log_probs), not [].
+			if !mc.NoTokenIDs && len(mc.ResponseLogprobs) > 0 {
 				lps := make([]any, len(mc.ResponseLogprobs))
 				for i, lp := range mc.ResponseLogprobs {
 					lps[i] = float64(lp)
 				}
 				if mc.API == api.ShapeCompletions {
-					c0["prompt_token_ids"] = ints(mc.PromptIDs)
 					c0["logprobs"] = map[string]any{"token_logprobs": lps}
 				} else {
 					content := make([]any, len(lps))
@@ -115,6 +129,36 @@ func modelRequestData(mc api.ModelCall) map[string]any {
 		"retry_count":   mc.Retries,
 		"usage":         usage,
 		"finish_reason": finish,
+		"call_id":       mc.CallID,
+	}
+}
+
+// errorRequestData is AL's model_request record of a call answered with
+// an error (agentlightning/server/proxy.py forward_request and
+// _capture_event at v1.0.0): the body the caller got as the response (on
+// /al the upstream's own), its status, status "error", no token ids.
+func errorRequestData(mc api.ModelCall) map[string]any {
+	var resp any
+	dec := json.NewDecoder(strings.NewReader(mc.Error))
+	dec.UseNumber()
+	if dec.Decode(&resp) != nil {
+		resp = nil
+	}
+	if _, ok := resp.(map[string]any); !ok {
+		resp = map[string]any{}
+	}
+	return map[string]any{
+		"model":         mc.Model,
+		"model_version": mc.ModelVersion,
+		"request":       map[string]any{},
+		"response":      resp,
+		"server":        map[string]any{"model": mc.Model, "version": mc.ModelVersion},
+		"latency_ms":    mc.LatencyMS,
+		"http_status":   mc.HTTPStatus,
+		"status":        "error",
+		"retry_count":   mc.Retries,
+		"usage":         nil,
+		"finish_reason": nil,
 		"call_id":       mc.CallID,
 	}
 }
@@ -289,7 +333,7 @@ func jsonText(v any) string {
 
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	ro, err := h.visible(ctx, r.PathValue("id"))
+	ro, _, err := h.visible(ctx, r.PathValue("id"), false)
 	if err != nil {
 		return err
 	}
@@ -306,9 +350,18 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		_, scoped := ctx.Value(scopedAttempt{}).(string)
+		var versions map[string]map[int64]int64
 		for _, ev := range evs {
-			if ev.Type != deletedEvent {
-				out = append(out, toEvent(ev))
+			if versions == nil && ev.Type == store.EventModelRequest {
+				if versions, err = h.alVersions(ctx); err != nil {
+					return err
+				}
+			}
+			// An agent's key reads no controller events (tests, sandbox:
+			// the evaluator's view of its work).
+			if ev.Type != deletedEvent && ev.Type != statusEvent && !(scoped && api.ControllerOwned(ev.Type)) {
+				out = append(out, toEvent(ev, versions))
 			}
 		}
 	}
@@ -339,17 +392,15 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	ctx := r.Context()
-	ro, err := h.visible(ctx, r.PathValue("id"))
+	admin := h.opt.IsAdmin == nil || h.opt.IsAdmin(r)
+	aid := r.PathValue("aid")
+	ro, _, err := h.visible(ctx, r.PathValue("id"), false)
 	if err != nil {
 		return err
 	}
-	aid := r.PathValue("aid")
-	at, ok := attemptOf(ro, aid)
-	if !ok {
-		if len(ro.Attempts) == 0 {
-			return detailf(http.StatusConflict, "Rollout %s has not started: agl keeps events per attempt, and it has none yet", ro.ID)
-		}
-		return detailf(http.StatusNotFound, "Attempt %s of rollout %s not found", aid, ro.ID)
+	ro, at, err := h.writeTarget(ctx, ro, aid, admin)
+	if err != nil {
+		return err
 	}
 	if s, ok := data["source"]; ok && *body.EventType == store.EventReward {
 		data[alSourceKey] = s
@@ -362,9 +413,16 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if max := h.maxEventBytes(); max > 0 && int64(len(raw)) > max {
 		return detailf(http.StatusRequestEntityTooLarge, "body: data is %d bytes as JSON, more than the %d an event may store (gateway.max_stored_call_bytes): not recorded", len(raw), max)
 	}
-	admin := h.opt.IsAdmin == nil || h.opt.IsAdmin(r)
 	evs := []store.NewEvent{{Type: *body.EventType, Data: raw}}
-	if fe := api.CheckEvents(evs, !admin, h.opt.MaxAbsReward); fe != nil {
+	// AL keeps a reward whatever its value (RewardData only documents the
+	// shape: schemas.py line 56): one that is not a number (a boolean, a
+	// string, null) is kept as posted and counts for nothing, in agl's
+	// reward summary and trainer as in AL's (_as_reward_value gives None,
+	// agl_rollout_manager.py line 109). Numbers keep agl's bounds.
+	v, hasValue := data["value"]
+	_, isNumber := v.(json.Number)
+	opaque := *body.EventType == store.EventReward && hasValue && !isNumber && data["values"] == nil
+	if fe := api.CheckEvents(evs, !admin, h.opt.MaxAbsReward); fe != nil && !opaque {
 		status := fe.Status
 		if status == http.StatusBadRequest {
 			status = http.StatusUnprocessableEntity
@@ -374,6 +432,9 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	var stored []store.Event
 	if at.Status == store.AttemptRunning {
 		stored, err = h.opt.Store.AppendEvents(ctx, ro.ID, at.ID, evs)
+		if err == nil && at.WorkerID == ExternalWorker {
+			h.beat(ctx, ro.ID, at.ID)
+		}
 	}
 	if at.Status != store.AttemptRunning || (err != nil && admin && isConflict(err)) {
 		if !admin || h.opt.Late == nil {
@@ -384,7 +445,7 @@ func (h *Handler) postEvent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ev := toEvent(stored[0])
+	ev := toEvent(stored[0], nil)
 	ev.AttemptID = aid
 	writeJSON(w, http.StatusOK, ev)
 	return nil
@@ -399,3 +460,34 @@ func (h *Handler) maxEventBytes() int64 {
 }
 
 func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }
+
+// writeTarget is the agl attempt a write (an event, an LLM call) to AL's
+// attempt aid of rollout rid goes to. As AL accepts writes to attempt "0"
+// of a queuing rollout (before a reconciler's PATCH to running), an
+// admin's such write starts it for an external controller
+// (startExternal); a scoped key exists only once an attempt does. ro is
+// the rollout as just read (visible).
+func (h *Handler) writeTarget(ctx context.Context, ro store.Rollout, aid string, admin bool) (store.Rollout, store.Attempt, error) {
+	var err error
+	if ro.Status == store.RolloutQueuing && admin && aid == DefaultAttemptID {
+		ro, err = h.startExternal(ctx, ro, statusData{Version: 1})
+		var he *httpError
+		if errors.As(err, &he) && he.Status == http.StatusConflict {
+			// Claimed meanwhile (agl's controller, another replica): write
+			// to the attempt that runs it.
+			err = nil
+		}
+		if err != nil {
+			return ro, store.Attempt{}, err
+		}
+		h.opt.Notify()
+	}
+	at, ok := attemptOf(ro, aid)
+	if !ok {
+		if len(ro.Attempts) == 0 {
+			return ro, at, detailf(http.StatusConflict, "Rollout %s has not started: agl keeps events per attempt, and it has none yet", ro.ID)
+		}
+		return ro, at, detailf(http.StatusNotFound, "Attempt %s of rollout %s not found", aid, ro.ID)
+	}
+	return ro, at, nil
+}

@@ -1,6 +1,7 @@
 package al
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -16,8 +17,42 @@ type Model struct {
 	Version  int64  `json:"version"`
 }
 
-// modelSource marks the versions this API registered.
-var modelSource = json.RawMessage(`{"source":"agent-lightning"}`)
+// modelMeta is the metadata of a model version this API registered:
+// Source marks it, ALVersion is the version AL's Model carried (AL's
+// trainer sends none: 0), which AL's model_request records show as
+// server.version where agl's registry numbers the version itself.
+type modelMeta struct {
+	Source    string `json:"source"`
+	ALVersion int64  `json:"al_version"`
+}
+
+const modelSource = "agent-lightning"
+
+func modelMetadata(alVersion int64) json.RawMessage {
+	b, _ := json.Marshal(modelMeta{Source: modelSource, ALVersion: alVersion})
+	return b
+}
+
+// alVersions maps each model version this API registered to the version
+// AL gave it: name → agl version → AL version.
+func (h *Handler) alVersions(ctx context.Context) (map[string]map[int64]int64, error) {
+	ms, err := h.opt.Store.ListModels(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[int64]int64{}
+	for _, m := range ms {
+		var meta modelMeta
+		if json.Unmarshal(m.Metadata, &meta) != nil || meta.Source != modelSource {
+			continue
+		}
+		if out[m.Name] == nil {
+			out[m.Name] = map[int64]int64{}
+		}
+		out[m.Name][m.Version] = meta.ALVersion
+	}
+	return out, nil
+}
 
 // registerModels upserts AL's (model, endpoint) pairs into agl's model
 // registry: per model, a new version whose endpoints are the latest
@@ -73,10 +108,11 @@ func (h *Handler) registerModels(w http.ResponseWriter, r *http.Request) error {
 		if latest.Name != "" && slices.Equal(eps, sorted(latest.Endpoints)) && version <= latest.Version {
 			continue
 		}
+		alVersion := version
 		if version <= latest.Version {
 			version = 0 // the store assigns latest+1
 		}
-		if _, err := h.opt.Store.RegisterModel(ctx, store.Model{Name: name, Version: version, Endpoints: eps, Metadata: modelSource}); err != nil {
+		if _, err := h.opt.Store.RegisterModel(ctx, store.Model{Name: name, Version: version, Endpoints: eps, Metadata: modelMetadata(alVersion)}); err != nil {
 			return err
 		}
 	}
@@ -120,7 +156,7 @@ func (h *Handler) deleteModels(w http.ResponseWriter, r *http.Request) error {
 		if len(m.Endpoints) == 0 {
 			continue
 		}
-		if _, err := h.opt.Store.RegisterModel(r.Context(), store.Model{Name: m.Name, Weights: m.Weights, Metadata: modelSource}); err != nil {
+		if _, err := h.opt.Store.RegisterModel(r.Context(), store.Model{Name: m.Name, Weights: m.Weights, Metadata: modelMetadata(0)}); err != nil {
 			return err
 		}
 	}

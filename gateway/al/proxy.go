@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
 )
 
@@ -164,10 +166,13 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	// (the proxy checks again); the admin key may name any rollout.
 	scoped, _ := ctx.Value(scopedAttempt{}).(string)
 	var ro store.Rollout
+	ext, cached := "", false
 	if scoped == "" {
-		var err error
-		if ro, err = h.visible(ctx, rid); err != nil {
-			return err
+		if ext, cached = h.cachedExternal(rid, r.PathValue("aid")); !cached {
+			var err error
+			if ro, _, err = h.visible(ctx, rid, false); err != nil {
+				return err
+			}
 		}
 	}
 	if h.opt.LLM == nil {
@@ -203,6 +208,20 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	}
 	body["model"], _ = json.Marshal(name)
 	body["temperature"], _ = json.Marshal(temp)
+	// AL's ProxyRouter.prepare_body (proxy.py lines 62-81): the agent's
+	// body with the model, the mode's temperature and return_token_ids
+	// set, and logprobs in train mode; sent upstream as is.
+	up := maps.Clone(body)
+	up["return_token_ids"] = json.RawMessage("true")
+	if mode == "train" {
+		up["logprobs"] = json.RawMessage("true")
+	}
+	upstreamBody, err := json.Marshal(up)
+	if err != nil {
+		return err
+	}
+	// agl's proxy reads the rest (its record, its checks) from the body
+	// without the fields it sets itself.
 	for _, k := range []string{"return_token_ids", "logprobs", "top_logprobs"} {
 		delete(body, k)
 	}
@@ -217,7 +236,8 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	r2 := r.Clone(ctx)
+	// Forwarded and answered as AL's proxy does (proxy.WithVerbatim).
+	r2 := r.Clone(proxy.WithVerbatim(ctx, upstreamBody))
 	r2.Body = io.NopCloser(bytes.NewReader(prepared))
 	r2.ContentLength = int64(len(prepared))
 	r2.Header.Set("Content-Type", "application/json")
@@ -227,10 +247,26 @@ func (h *Handler) agentCall(w http.ResponseWriter, r *http.Request) error {
 		h.opt.LLM.ServeHTTP(w, r2)
 		return nil
 	}
-	at, ok := attemptOf(ro, r.PathValue("aid"))
-	if !ok || at.Status != store.AttemptRunning {
+	if cached {
+		h.opt.LLM.ServeTrusted(w, r2, rid, ext, "v1/"+path)
+		return nil
+	}
+	ro, at, err := h.writeTarget(ctx, ro, r.PathValue("aid"), true)
+	if err != nil {
+		return err
+	}
+	if at.Status != store.AttemptRunning {
 		return detailf(http.StatusConflict, "Rollout %s has no running attempt %s", ro.ID, r.PathValue("aid"))
 	}
+	if at.WorkerID != ExternalWorker {
+		// An agent agl's controller runs calls with its own key; a call
+		// with the server key is another controller's agent (AL's
+		// LocalReconciler spawns before its PATCH to running, which agl's
+		// claim beat): it does not run this rollout.
+		return detailf(http.StatusConflict, "Rollout %s is run by agl's controller (attempt %d): its agent calls with its own key", ro.ID, at.Number)
+	}
+	h.beat(ctx, ro.ID, at.ID)
+	h.cacheExternal(ro.ID, r.PathValue("aid"), at.ID)
 	h.opt.LLM.ServeTrusted(w, r2, ro.ID, at.ID, "v1/"+path)
 	return nil
 }

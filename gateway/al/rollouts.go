@@ -106,8 +106,9 @@ func statuses(s string) ([]store.RolloutStatus, bool) {
 	return nil, false
 }
 
-// toAL renders an agl rollout as AL's.
-func toAL(ro store.Rollout) Rollout {
+// toAL renders an agl rollout as AL's, with what agl keeps of it in
+// events (x).
+func toAL(ro store.Rollout, x extras) Rollout {
 	out := Rollout{RolloutID: ro.ID, Input: ro.Task, IsTrain: ro.Mode != store.ModeVal}
 	if len(out.Input) == 0 {
 		out.Input = json.RawMessage("null")
@@ -119,14 +120,19 @@ func toAL(ro store.Rollout) Rollout {
 	out.Config = cfg
 	out.Metadata = alMetadata(ro.Metadata)
 	st := Status{State: state(ro.Status), Version: 1, CreatedAt: seconds(ro.CreatedAt), UpdatedAt: seconds(ro.UpdatedAt)}
-	if ro.NumAttempts > 0 {
-		aid := DefaultAttemptID
-		st.LastAttemptID = &aid
-	}
-	if ro.Status != store.RolloutQueuing {
-		st.Version++
-		if ro.Status.Terminal() && ro.NumAttempts > 0 {
+	if sd := x.status; sd != nil {
+		// An external controller's rollout: its PATCHes counted and kept.
+		st.Version, st.K8sJobName, st.LastAttemptID, st.ErrorMessage = sd.Version, sd.K8sJobName, sd.LastAttemptID, sd.ErrorMessage
+	} else {
+		if ro.NumAttempts > 0 {
+			aid := DefaultAttemptID
+			st.LastAttemptID = &aid
+		}
+		if ro.Status != store.RolloutQueuing {
 			st.Version++
+			if ro.Status.Terminal() && ro.NumAttempts > 0 {
+				st.Version++
+			}
 		}
 	}
 	if ro.Error != "" {
@@ -240,7 +246,11 @@ func (h *Handler) createRollouts(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for _, ro := range rs {
-			out = append(out, toAL(ro))
+			x, err := h.extrasOf(r.Context(), ro, true)
+			if err != nil {
+				return err
+			}
+			out = append(out, toAL(ro, x))
 		}
 	}
 	writeJSON(w, http.StatusCreated, out)
@@ -256,38 +266,28 @@ const (
 	cancelledPrefix = "cancelled: "
 )
 
-// visible returns the rollout unless it was (soft-)deleted.
-func (h *Handler) visible(ctx context.Context, id string) (store.Rollout, error) {
+// visible returns the rollout and what agl keeps of it in events (its
+// status fields if withStatus), unless it was (soft-)deleted.
+func (h *Handler) visible(ctx context.Context, id string, withStatus bool) (store.Rollout, extras, error) {
 	ro, err := h.opt.Store.GetRollout(ctx, id)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return ro, detailf(http.StatusNotFound, "Rollout not found: %s", id)
+			return ro, extras{}, detailf(http.StatusNotFound, "Rollout not found: %s", id)
 		}
-		return ro, err
+		return ro, extras{}, err
 	}
-	del, err := h.deleted(ctx, ro)
+	x, err := h.extrasOf(ctx, ro, withStatus)
 	if err != nil {
-		return ro, err
+		return ro, x, err
 	}
-	if del {
-		return ro, detailf(http.StatusNotFound, "Rollout not found: %s", id)
+	if x.deleted {
+		return ro, x, detailf(http.StatusNotFound, "Rollout not found: %s", id)
 	}
-	return ro, nil
-}
-
-func (h *Handler) deleted(ctx context.Context, ro store.Rollout) (bool, error) {
-	if ro.Status == store.RolloutCancelled && ro.Error == cancelledPrefix+deletedReason {
-		return true, nil
-	}
-	if !ro.Status.Terminal() || ro.NumAttempts == 0 {
-		return false, nil
-	}
-	evs, err := h.opt.Store.ListEvents(ctx, store.EventFilter{RolloutID: ro.ID, Types: []string{deletedEvent}, Limit: 1})
-	return len(evs) > 0, err
+	return ro, x, nil
 }
 
 func (h *Handler) getRollout(w http.ResponseWriter, r *http.Request) error {
-	ro, err := h.visible(r.Context(), r.PathValue("id"))
+	ro, x, err := h.visible(r.Context(), r.PathValue("id"), true)
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func (h *Handler) getRollout(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, struct {
 		Rollout  Rollout  `json:"rollout"`
 		Attempts []string `json:"attempts"`
-	}{toAL(ro), attempts})
+	}{toAL(ro, x), attempts})
 	return nil
 }
 
@@ -332,13 +332,18 @@ func (h *Handler) listRollouts(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		for _, ro := range rs {
-			del, err := h.deleted(r.Context(), ro)
+			x, err := h.extrasOf(r.Context(), ro, true)
 			if err != nil {
 				return err
 			}
-			if !del {
-				out = append(out, toAL(ro))
+			if x.deleted {
+				continue
 			}
+			if x.status != nil && ro.Status == store.RolloutRunning {
+				// The external controller's poll: its attempt is alive.
+				h.beat(r.Context(), ro.ID, x.status.AttemptID)
+			}
+			out = append(out, toAL(ro, x))
 		}
 		if next == 0 || len(rs) == 0 {
 			break
@@ -438,11 +443,11 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) error {
 	next := after
 	for _, ro := range rs {
 		next = max(next, ro.TerminalSeq)
-		del, err := h.deleted(r.Context(), ro)
+		x, err := h.extrasOf(r.Context(), ro, false)
 		if err != nil {
 			return err
 		}
-		if del {
+		if x.deleted {
 			continue
 		}
 		items = append(items, terminalItem{RolloutID: ro.ID, State: state(ro.Status), DataID: dataID(ro.Task), IsTrain: ro.Mode != store.ModeVal})
@@ -470,11 +475,14 @@ var validTransitions = map[string][]string{
 	StateRunning: {StateSucceeded, StateFailed},
 }
 
-// patchRollout applies AL's lifecycle PATCH to agl's rollout: failed
-// cancels it (error_message is the reason), running → succeeded completes
-// its running attempt. queuing → running is agl's controller's claim and
-// is refused (409) here; k8s_job_name and last_attempt_id are not kept
-// (agl's attempts are AL's attempt "0").
+// patchRollout applies AL's lifecycle PATCH to agl's rollout.
+// queuing → running starts attempt "0" for an external controller (a
+// store claim naming the rollout: 409 when agl's controller took it
+// first); failed cancels the rollout (error_message is the reason);
+// running → succeeded completes the external attempt. An external
+// controller's k8s_job_name and last_attempt_id are kept with its
+// attempt. A rollout agl's controller runs is its own: PATCHes that would
+// end it or write AL's fields on it are refused (409).
 func (h *Handler) patchRollout(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Status json.RawMessage `json:"status"`
@@ -491,50 +499,93 @@ func (h *Handler) patchRollout(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	ctx := r.Context()
-	ro, err := h.visible(ctx, r.PathValue("id"))
+	ro, x, err := h.visible(ctx, r.PathValue("id"), true)
 	if err != nil {
 		return err
 	}
-	if p.State == nil {
-		writeJSON(w, http.StatusOK, toAL(ro))
+	if p.State == nil && p.K8sJobName == nil && p.LastAttemptID == nil && p.ErrorMessage == nil {
+		writeJSON(w, http.StatusOK, toAL(ro, x))
 		return nil
 	}
-	to := *p.State
-	if _, ok := statuses(to); !ok {
-		return validation([]any{"body", "status", "state"}, "Input should be 'queuing', 'running', 'succeeded' or 'failed'")
-	}
 	from := state(ro.Status)
-	ok := false
-	for _, s := range validTransitions[from] {
-		ok = ok || s == to
+	to := from
+	if p.State != nil {
+		to = *p.State
+		if _, ok := statuses(to); !ok {
+			return validation([]any{"body", "status", "state"}, "Input should be 'queuing', 'running', 'succeeded' or 'failed'")
+		}
+		ok := false
+		for _, s := range validTransitions[from] {
+			ok = ok || s == to
+		}
+		if !ok {
+			return detailf(http.StatusConflict, "Rollout %s: cannot transition %s -> %s", ro.ID, from, to)
+		}
 	}
-	if !ok {
-		return detailf(http.StatusConflict, "Rollout %s: cannot transition %s -> %s", ro.ID, from, to)
+	// The status AL's fields go to: the previous one with this PATCH's.
+	sd := statusData{Version: toAL(ro, x).Status.Version + 1}
+	if x.status != nil {
+		sd.AttemptID, sd.K8sJobName, sd.LastAttemptID, sd.ErrorMessage = x.status.AttemptID, x.status.K8sJobName, x.status.LastAttemptID, x.status.ErrorMessage
 	}
-	switch to {
-	case StateFailed:
+	if p.K8sJobName != nil {
+		sd.K8sJobName = p.K8sJobName
+	}
+	if p.LastAttemptID != nil {
+		sd.LastAttemptID = p.LastAttemptID
+	}
+	if p.ErrorMessage != nil {
+		sd.ErrorMessage = p.ErrorMessage
+	}
+	if from == StateQueuing && to == StateRunning {
+		if ro, err = h.startExternal(ctx, ro, sd); err != nil {
+			return err
+		}
+		h.opt.Notify()
+		x.status = &sd
+		writeJSON(w, http.StatusOK, toAL(ro, x))
+		return nil
+	}
+	at, running := attemptOf(ro, DefaultAttemptID)
+	running = running && at.Status == store.AttemptRunning && !ro.Status.Terminal()
+	if running && at.WorkerID != ExternalWorker {
+		return detailf(http.StatusConflict, "Rollout %s is run by agl's controller (attempt %d): only the controller that started a rollout ends it", ro.ID, at.Number)
+	}
+	keep := p.K8sJobName != nil || p.LastAttemptID != nil
+	if keep && !running {
+		return detailf(http.StatusConflict, "Rollout %s is %s: agl keeps k8s_job_name and last_attempt_id only while an external controller runs it", ro.ID, from)
+	}
+	if running {
+		if err := h.appendStatus(ctx, ro.ID, at.ID, sd); err != nil {
+			return err
+		}
+		x.status = &sd
+		if to != StateRunning {
+			h.forgetExternal(ro.ID, at.ID)
+		}
+	}
+	switch {
+	case to == StateFailed && from != StateFailed:
 		reason := "failed through Agent Lightning's API"
 		if p.ErrorMessage != nil && *p.ErrorMessage != "" {
 			reason = *p.ErrorMessage
 		}
 		ro, err = h.opt.Store.CancelRollout(ctx, ro.ID, reason)
-	case StateSucceeded:
-		at, found := attemptOf(ro, DefaultAttemptID)
-		if !found || at.Status != store.AttemptRunning {
+	case to == StateSucceeded && from == StateRunning:
+		if !running {
 			return detailf(http.StatusConflict, "Rollout %s: no running attempt to complete", ro.ID)
 		}
 		_, err = h.opt.Store.CompleteAttempt(ctx, ro.ID, at.ID, store.AttemptSucceeded, "")
 		if err == nil {
 			ro, err = h.opt.Store.GetRollout(ctx, ro.ID)
 		}
-	default: // queuing -> running
-		return detailf(http.StatusConflict, "Rollout %s: cannot transition %s -> %s here: agl's controller starts rollouts (it claims them)", ro.ID, from, to)
+	case p.ErrorMessage != nil && !running:
+		return detailf(http.StatusConflict, "Rollout %s is %s: agl keeps error_message only as the reason of a PATCH to failed", ro.ID, from)
 	}
 	if err != nil {
 		return err
 	}
 	h.opt.Notify()
-	writeJSON(w, http.StatusOK, toAL(ro))
+	writeJSON(w, http.StatusOK, toAL(ro, x))
 	return nil
 }
 
@@ -564,6 +615,7 @@ func (h *Handler) deleteRollout(w http.ResponseWriter, r *http.Request) error {
 		if ro, err = h.opt.Store.CancelRollout(ctx, id, deletedReason); err != nil && !errors.Is(err, store.ErrConflict) {
 			return err
 		}
+		h.forgetExternal(id, "")
 		h.opt.Notify()
 	}
 	switch {
@@ -578,7 +630,7 @@ func (h *Handler) deleteRollout(w http.ResponseWriter, r *http.Request) error {
 		if ro, err = h.opt.Store.GetRollout(ctx, id); err != nil {
 			return err
 		}
-		if del, err := h.deleted(ctx, ro); err != nil || del {
+		if x, err := h.extrasOf(ctx, ro, false); err != nil || x.deleted {
 			if err == nil {
 				w.WriteHeader(http.StatusNoContent)
 			}

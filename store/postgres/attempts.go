@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -95,17 +96,22 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 		return store.Claim{}, store.Errorf(store.ErrInvalid, "unknown mode %q", req.Mode)
 	}
 	where := `status IN ('queuing', 'requeuing')`
-	mode := ""
+	// extra are the filter's arguments, numbered after claimOne's four.
+	var extra []any
 	if req.Mode != "" {
-		where += ` AND mode = $5`
-		mode = string(req.Mode)
+		extra = append(extra, string(req.Mode))
+		where += fmt.Sprintf(` AND mode = $%d`, 4+len(extra))
+	}
+	if req.RolloutID != "" {
+		extra = append(extra, req.RolloutID)
+		where += fmt.Sprintf(` AND id = $%d`, 4+len(extra))
 	}
 	for try := 0; ; try++ {
 		lock := "FOR UPDATE SKIP LOCKED"
 		if try%2 == 1 {
 			lock = "FOR UPDATE"
 		}
-		c, err := s.claimOne(ctx, req.WorkerID, where, lock, mode)
+		c, err := s.claimOne(ctx, req.WorkerID, where, lock, extra)
 		if !errors.Is(err, pgx.ErrNoRows) {
 			if err != nil {
 				return store.Claim{}, dbErr("claim", err)
@@ -116,12 +122,13 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 			continue
 		}
 		var queued bool
-		q := `SELECT EXISTS (SELECT 1 FROM rollouts WHERE ` + strings.ReplaceAll(where, "$5", "$1") + `)`
-		var args []any
-		if mode != "" {
-			args = append(args, mode)
+		// The same filter with its arguments renumbered from $1.
+		q := where
+		for i := range extra {
+			q = strings.ReplaceAll(q, fmt.Sprintf("$%d", 5+i), fmt.Sprintf("$%d", 1+i))
 		}
-		if err := s.pool.QueryRow(ctx, q, args...).Scan(&queued); err != nil {
+		q = `SELECT EXISTS (SELECT 1 FROM rollouts WHERE ` + q + `)`
+		if err := s.pool.QueryRow(ctx, q, extra...).Scan(&queued); err != nil {
 			return store.Claim{}, dbErr("claim", err)
 		}
 		if !queued || try >= 20 {
@@ -135,13 +142,10 @@ var (
 	claimAttemptCols = prefixCols("a.", attemptCols)
 )
 
-func (s *Store) claimOne(ctx context.Context, workerID, where, lock, mode string) (store.Claim, error) {
+func (s *Store) claimOne(ctx context.Context, workerID, where, lock string, extra []any) (store.Claim, error) {
 	t := now()
 	key, hash := store.NewKey()
-	args := []any{t, store.NewID("at_"), workerID, hash}
-	if mode != "" {
-		args = append(args, mode)
-	}
+	args := append([]any{t, store.NewID("at_"), workerID, hash}, extra...)
 	row := s.pool.QueryRow(ctx, `WITH c AS (
 			SELECT id FROM rollouts WHERE `+where+` ORDER BY seq LIMIT 1 `+lock+`
 		), u AS (

@@ -78,6 +78,10 @@ func (s *Store) Claim(ctx context.Context, req store.ClaimRequest) (store.Claim,
 			q += ` AND mode = ?`
 			args = append(args, string(req.Mode))
 		}
+		if req.RolloutID != "" {
+			q += ` AND id = ?`
+			args = append(args, req.RolloutID)
+		}
 		q += ` ORDER BY seq LIMIT 1`
 		r, err := scanRollout(tx.QueryRowContext(ctx, q, args...))
 		if errors.Is(err, sql.ErrNoRows) {

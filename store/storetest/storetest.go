@@ -34,6 +34,7 @@ func Run(t *testing.T, open Opener) {
 		{"ListFiltersAndPaging", testList},
 		{"ClaimLifecycle", testClaimLifecycle},
 		{"ClaimModeFilter", testClaimMode},
+		{"ClaimNamedRollout", testClaimNamed},
 		{"RetryThenFail", testRetryThenFail},
 		{"IllegalTransitions", testIllegalTransitions},
 		{"Events", testEvents},
@@ -352,6 +353,30 @@ func testClaimMode(t *testing.T, s store.Store) {
 	}
 	_, err := s.Claim(c, store.ClaimRequest{WorkerID: "w", Mode: "nope"})
 	wantErr(t, err, store.ErrInvalid)
+}
+
+// testClaimNamed: a claim naming a rollout takes that one, later in the
+// queue than others, and none once it runs (an external controller and
+// agl's own never both start it).
+func testClaimNamed(t *testing.T, s store.Store) {
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "a"}, store.NewRollout{ID: "b", Mode: store.ModeVal})
+	cl := must(s.Claim(c, store.ClaimRequest{WorkerID: "ext", RolloutID: "b", Mode: store.ModeVal}))
+	if cl.Rollout.ID != "b" || cl.Attempt.WorkerID != "ext" || cl.Rollout.Status != store.RolloutRunning {
+		t.Fatalf("named claim %+v", cl)
+	}
+	if _, err := s.Claim(c, store.ClaimRequest{WorkerID: "ext", RolloutID: "b"}); !errors.Is(err, store.ErrNoneQueued) {
+		t.Errorf("second named claim of a running rollout: %v", err)
+	}
+	if _, err := s.Claim(c, store.ClaimRequest{WorkerID: "ext", RolloutID: "a", Mode: store.ModeVal}); !errors.Is(err, store.ErrNoneQueued) {
+		t.Errorf("named claim of a train rollout in val mode: %v", err)
+	}
+	if _, err := s.Claim(c, store.ClaimRequest{WorkerID: "ext", RolloutID: "nope"}); !errors.Is(err, store.ErrNoneQueued) {
+		t.Errorf("named claim of an unknown rollout: %v", err)
+	}
+	if cl := claim(t, s); cl.Rollout.ID != "a" {
+		t.Errorf("plain claim got %s", cl.Rollout.ID)
+	}
 }
 
 func testRetryThenFail(t *testing.T, s store.Store) {
