@@ -75,8 +75,8 @@ func ParseRepoTask(raw json.RawMessage) (*RepoTask, error) {
 		return nil, fmt.Errorf("repository task: test_format %q: want %s or %s", t.TestFormat, TestsUnittest, TestsGo)
 	case t.TestFormat == TestsUnittest && !unittestModule.MatchString(t.TestCommand):
 		return nil, fmt.Errorf("repository task: test_command %q: test_format unittest runs `python3 -m unittest` (the verdict runner runs in its place)", t.TestCommand)
-	case t.TestFormat == TestsGo && !strings.Contains(t.TestCommand, "-json"):
-		return nil, fmt.Errorf("repository task: test_command %q: test_format gotest reads `go test -json`", t.TestCommand)
+	case t.TestFormat == TestsGo && (!strings.Contains(t.TestCommand, "-json") || !goTestCommand.MatchString(t.TestCommand)):
+		return nil, fmt.Errorf("repository task: test_command %q: test_format gotest runs `go test -json` (the test binaries run through the verdict runner)", t.TestCommand)
 	}
 	h, err := sandbox.CheckHidden(t.HiddenFiles)
 	if err != nil {
@@ -516,14 +516,28 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	var stdin io.Reader
 	var key verdictKey
 	var events *goStream
+	if key, err = newVerdictKey(); err != nil {
+		return d, err
+	}
 	if t.TestFormat == TestsGo {
-		events = newGoStream()
-		stdout = io.MultiWriter(log, events)
-	} else {
-		if key, err = newVerdictKey(); err != nil {
+		// go builds the test binaries with a verdict test holding the key;
+		// its source is removed before any binary runs.
+		generated, err := writeGoVerdictTests(dir, key.key)
+		if err != nil {
+			d.Untrusted = "untrusted verdict: " + truncate(err.Error(), 1024)
+			d.Reason = d.Untrusted
+			return d, nil
+		}
+		script, err := writeRunner(filepath.Join(a.dir, "verdict"), "verdict_gotest.sh", gotestRunner)
+		if err != nil {
 			return d, err
 		}
-		runner, err := writeRunner(filepath.Join(a.dir, "verdict"))
+		spec.ReadOnly = append(slices.Clone(spec.ReadOnly), filepath.Dir(script))
+		command = gotestCommand(command, script, generated)
+		events = newGoStream(key.key)
+		stdout = io.MultiWriter(log, events)
+	} else {
+		runner, err := writeRunner(filepath.Join(a.dir, "verdict"), "verdict_runner.py", verdictRunner)
 		if err != nil {
 			return d, err
 		}
@@ -542,19 +556,19 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	}
 	d.Exit, d.TimedOut, d.Duration, d.LogBytes = res.Exit, res.TimedOut, res.Duration, res.StdoutBytes+res.StderrBytes
 	d.Log = a.redact(runeStart(log.String()))
-	var st map[string]string
 	if events != nil {
-		st = events.statuses
-		d.Untrusted = goVerdict(st, events.failed, res.Exit, ids)
+		d.FailToPass, d.PassToPass = goStatuses(events.statuses, t.FailToPass), goStatuses(events.statuses, t.PassToPass)
+		d.Untrusted = goVerdict(events, res.Exit, ids)
 	} else {
+		var st map[string]string
 		report, err := readReport(filepath.Join(dir, key.report))
 		if err != nil {
 			d.Untrusted = "untrusted verdict: " + err.Error()
 		} else {
 			st, d.Tamper, d.Untrusted = unittestVerdict(report, key.key, res.Exit, ids)
 		}
+		d.FailToPass, d.PassToPass = statuses(st, t.FailToPass), statuses(st, t.PassToPass)
 	}
-	d.FailToPass, d.PassToPass = statuses(st, t.FailToPass), statuses(st, t.PassToPass)
 	d.Reward, d.Reason = score(d.FailToPass, d.PassToPass, c.cfg.Tests.PartialCredit)
 	if d.Untrusted != "" {
 		d.Reward, d.Reason = 0, d.Untrusted
