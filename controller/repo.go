@@ -522,7 +522,7 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	if t.TestFormat == TestsGo {
 		// go builds the test binaries with a verdict test holding the key;
 		// its source is removed before any binary runs.
-		generated, err := writeGoVerdictTests(dir, key.key)
+		generated, err := writeGoVerdictTests(dir, key.hex())
 		if err != nil {
 			d.Untrusted = "untrusted verdict: " + truncate(err.Error(), 1024)
 			d.Reason = d.Untrusted
@@ -534,7 +534,7 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 		}
 		spec.ReadOnly = append(slices.Clone(spec.ReadOnly), filepath.Dir(script))
 		command = gotestCommand(command, script, generated)
-		events = newGoStream(key.key)
+		events = newGoStream(key.hex())
 		stdout = io.MultiWriter(log, events)
 	} else {
 		runner, err := writeRunner(filepath.Join(a.dir, "verdict"), "verdict_runner.py", verdictRunner)

@@ -840,40 +840,71 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 	}
 }
 
+// goRepo copies testdata/gorepo (example.com/calc, Add broken).
+func goRepo(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "gorepo")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandbox.CopyTree("testdata/gorepo", dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// goStandIn is a gotest test command whose `go test` is a shell function
+// standing in for the go command: it fails unless its arguments hold the
+// verdict runner's -exec, prints lines ("SIGN body" signed with the key in
+// the generated verdict test, as the verdict test signs its report) and
+// returns exit.
+func goStandIn(exit int, lines ...string) string {
+	var b strings.Builder
+	b.WriteString(`go() { case "$*" in *"-exec sh "*" record "*) ;; *) echo "no -exec: $*" >&2; return 3 ;; esac
+k=$(sed -n 's/.*\[\]byte("\([0-9a-f]*\)").*/\1/p' zz_agl_verdict_test.go)
+`)
+	for _, l := range lines {
+		if body, ok := strings.CutPrefix(l, "SIGN "); ok {
+			q := shellQuoteAll([]string{body})
+			fmt.Fprintf(&b, "printf '%%s %%s\\n' %s \"$(printf '%%s' %s | openssl dgst -sha256 -hmac \"$k\" -r | cut -d' ' -f1)\"\n", q, q)
+		} else {
+			fmt.Fprintf(&b, "printf '%%s\\n' %s\n", shellQuoteAll([]string{l}))
+		}
+	}
+	fmt.Fprintf(&b, "return %d; }; go test -json ./...", exit)
+	return b.String()
+}
+
 // TestRepoGoVerdict: a gotest task's verdict through the controller and
-// the sandbox: the test command's stdout is read as `go test -json`
-// events, streamed, keyed by package and test name, and the exit status
-// must agree. A printf stands in for the go command (whose events
-// TestGoVerdict reads from a real run): a sandboxed go build needs a
-// warm build cache.
+// the sandbox: the verdict tests are generated into the test copy, the
+// test command's `go test` gets the verdict runner's -exec, statuses come
+// only from reports signed with the evaluation's key, streamed, keyed by
+// package and test name, and the exit status must agree. A shell function
+// stands in for the go command (TestGoVerdict runs the real one; a
+// sandboxed go build needs a warm build cache).
 func TestRepoGoVerdict(t *testing.T) {
 	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
-	repo := pyRepo(t)
+	repo := goRepo(t)
 	const add = "example.com/calc.TestAdd"
-	ev := func(action, pkg, test string) string {
-		return fmt.Sprintf(`{"Time":"2026-01-01T00:00:00Z","Action":%q,"Package":%q,"Test":%q}`, action, pkg, test)
-	}
-	lines := func(exit int, evs ...string) string {
-		return "printf '%s\\n' " + shellQuoteAll(evs) + fmt.Sprintf("; exit %d # go test -json", exit)
-	}
 	cases := []struct {
 		name, cmd string
 		want      float64
 		untrusted string
 	}{
-		{"passed", lines(0, ev("run", "example.com/calc", "TestAdd"), ev("pass", "example.com/calc", "TestAdd")), 1, ""},
-		{"passed, exit status 1", lines(1, ev("pass", "example.com/calc", "TestAdd")), 0, "exit status 1 disagrees"},
-		{"TestAdd of another package", lines(0, ev("pass", "example.com/calc/other", "TestAdd")), 0, "exit status 0 disagrees"},
-		{"the package's build failed", lines(1, ev("pass", "example.com/calc/other", "TestAdd"), `{"Action":"fail","Package":"example.com/calc","FailedBuild":"example.com/calc"}`), 0, "example.com/calc [build failed]"},
-		{"a pass, then a fail", lines(1, ev("pass", "example.com/calc", "TestAdd"), ev("fail", "example.com/calc", "TestAdd")), 0, ""},
+		{"passed", goStandIn(0, "SIGN agl-verdict example.com/calc TestAdd=passed TestMul=passed"), 1, ""},
+		{"passed, exit status 1", goStandIn(1, "SIGN agl-verdict example.com/calc TestAdd=passed"), 0, "exit status 1 disagrees"},
+		{"TestAdd of another package", goStandIn(0, "SIGN agl-verdict example.com/calc/other TestAdd=passed"), 0, "exit status 0 disagrees"},
+		{"the package's build failed", goStandIn(1, "SIGN agl-verdict example.com/calc/other TestAdd=passed", `{"Action":"fail","Package":"example.com/calc","FailedBuild":"example.com/calc"}`), 0, "example.com/calc [build failed]"},
+		{"a pass, then a fail", goStandIn(1, "SIGN agl-verdict example.com/calc TestAdd=passed", "SIGN agl-verdict example.com/calc TestAdd=failed"), 0, ""},
+		{"events and an unsigned report", goStandIn(0, `{"Action":"pass","Package":"example.com/calc","Test":"TestAdd"}`, "agl-verdict example.com/calc TestAdd=passed 00"), 0, "1 report lines not authenticated"},
 		// 60 MiB of newlines, under the test output's limit of 64 MiB.
-		{"a flood before the events", "head -c 62914560 /dev/zero | tr '\\0' '\\n'; " + lines(0, ev("pass", "example.com/calc", "TestAdd")), 1, ""},
+		{"a flood before the report", "head -c 62914560 /dev/zero | tr '\\0' '\\n'; " + goStandIn(0, "SIGN agl-verdict example.com/calc TestAdd=passed"), 1, ""},
 	}
 	ids := map[string]string{}
 	for _, c := range cases {
 		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{
-			"test_format": "gotest", "test_command": c.cmd, "fail_to_pass": []string{add}, "pass_to_pass": []string{}, "hidden_files": []string{}}))[0]
+			"test_format": "gotest", "test_command": c.cmd, "fail_to_pass": []string{add}, "pass_to_pass": []string{}, "hidden_files": []string{"calc_test.go"}}))[0]
 	}
 	cfg := e.repoConfig(t)
 	cfg.Concurrency = 3
@@ -882,12 +913,12 @@ func TestRepoGoVerdict(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rid := ids[c.name]
 			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
-			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
-				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g", r.Status, r.Error, fmtPtr(r.Reward), c.want)
-			}
 			var te testsEvent
 			if !e.one(t, rid, controller.EventTests, &te) {
 				return
+			}
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
+				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g\n%s", r.Status, r.Error, fmtPtr(r.Reward), c.want, te.Log)
 			}
 			if (c.untrusted == "") != (te.Untrusted == "") || !strings.Contains(te.Untrusted, c.untrusted) {
 				t.Errorf("untrusted %q, want %q", te.Untrusted, c.untrusted)

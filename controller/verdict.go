@@ -60,6 +60,9 @@ func newVerdictKey() (verdictKey, error) {
 	return verdictKey{key: b[:32], report: ".agl-verdict-" + hex.EncodeToString(b[32:])}, nil
 }
 
+// hex is the key in hex, as a gotest verdict test holds it in its source.
+func (k verdictKey) hex() []byte { return []byte(hex.EncodeToString(k.key)) }
+
 // secret is the line the runner reads on stdin.
 func (k verdictKey) secret(reportPath, hidden string) []byte {
 	b, _ := json.Marshal(map[string]string{"key": hex.EncodeToString(k.key), "report": reportPath, "hidden": hidden})

@@ -45,7 +45,7 @@ func runGoTests(t *testing.T, files map[string]string) (*goStream, int, string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	generated, err := writeGoVerdictTests(dir, key.key)
+	generated, err := writeGoVerdictTests(dir, key.hex())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func runGoTests(t *testing.T, files map[string]string) (*goStream, int, string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGoStream(key.key)
+	g := newGoStream(key.hex())
 	var stderr bytes.Buffer
 	cmd := exec.Command("sh", "-c", gotestCommand("go test -json ./...", script, generated))
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, g, &stderr
