@@ -256,3 +256,53 @@ func FuzzGoVerdict(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkGoVerdict: one gotest evaluation of testdata/gorepo with a real
+// go command and a warm build cache (outside a sandbox): "direct" is
+// `go test -json` read as it was before the verdict tests, "runner" the
+// verdict runner (generated verdict tests, build, then run).
+func BenchmarkGoVerdict(b *testing.B) {
+	if _, err := exec.LookPath("go"); err != nil {
+		b.Skip("no go command")
+	}
+	dir := b.TempDir()
+	for _, f := range []string{"go.mod", "calc.go", "calc_test.go"} {
+		buf, err := os.ReadFile(filepath.Join("testdata/gorepo", f))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), buf, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	script, err := writeRunner(filepath.Join(b.TempDir(), "verdict"), "verdict_gotest.sh", gotestRunner)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := func(b *testing.B, command string, key []byte) {
+		cmd := exec.Command("sh", "-c", command)
+		cmd.Dir, cmd.Stdout = dir, newGoStream(key)
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local")
+		if err := cmd.Run(); err == nil {
+			b.Fatal("the broken Add passed")
+		}
+	}
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			run(b, "go test -json -count=1 ./...", nil)
+		}
+	})
+	b.Run("runner", func(b *testing.B) {
+		for b.Loop() {
+			key, err := newVerdictKey()
+			if err != nil {
+				b.Fatal(err)
+			}
+			generated, err := writeGoVerdictTests(dir, key.hex())
+			if err != nil {
+				b.Fatal(err)
+			}
+			run(b, gotestCommand("go test -json ./...", script, generated), key.hex())
+		}
+	})
+}
