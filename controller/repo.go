@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aglrl/agl/api"
@@ -127,10 +129,10 @@ type SandboxConfig struct {
 	KeepWorkspaces string `yaml:"keep_workspaces"`
 	// Bwrap is the bubblewrap executable (default: bwrap in PATH).
 	Bwrap string `yaml:"bwrap"`
-	// HarnessOutputBytes bounds, with HarnessInside, how much of the
-	// harness's stdout and of its stderr, each, reaches the host (the
-	// attempt's log files); the rest is read and dropped, and counted in
-	// the sandbox event (default 64 MiB).
+	// HarnessOutputBytes bounds how much of the harness's stdout and of
+	// its stderr, each, reaches the attempt's log files on the host,
+	// inside or outside the sandbox; the rest is read and dropped, and
+	// counted in the sandbox event (default 64 MiB).
 	HarnessOutputBytes int64 `yaml:"harness_output_bytes"`
 	// DoorConns and DoorRequests bound, with HarnessInside, one attempt's
 	// open connections to its gateway door (default 64) and its requests
@@ -187,6 +189,9 @@ type repoAttempt struct {
 	harnessJournal string
 	// doorRefused counts what the door refused over its caps.
 	doorRefused doorCounts
+	// output copies the outside harness's output into its log files,
+	// bounded.
+	output *harnessOutput
 	// top holds the workspace's top-level names as prepared (hidden
 	// ones included).
 	top map[string]bool
@@ -371,8 +376,8 @@ type sandboxData struct {
 	DiskLimit bool `json:"disk_limit"`
 	// Harness is the shape: outside or inside.
 	Harness string `json:"harness"`
-	// HarnessOutputBytes is what the inside harness wrote to stdout and
-	// stderr; HarnessOutputCut, how much of it was dropped at
+	// HarnessOutputBytes is what the harness (either shape) wrote to
+	// stdout and stderr; HarnessOutputCut, how much of it was dropped at
 	// sandbox.harness_output_bytes instead of reaching the host.
 	HarnessOutputBytes int64 `json:"harness_output_bytes,omitempty"`
 	HarnessOutputCut   int64 `json:"harness_output_cut_bytes,omitempty"`
@@ -405,6 +410,9 @@ func (c *runner) recordSandbox(ctx context.Context, a *attempt) {
 		}
 	}
 	d.DoorRefusedConns, d.DoorRefusedRequests = a.repo.doorRefused.conns.Load(), a.repo.doorRefused.requests.Load()
+	if o := a.repo.output; o != nil {
+		d.HarnessOutputBytes, d.HarnessOutputCut = o.bytes.Load(), o.cut.Load()
+	}
 	if a.repo.harnessJournal != "" {
 		hs, err := sandbox.ReadJournal(a.repo.harnessJournal)
 		if err != nil {
@@ -704,6 +712,62 @@ func (r *repoAttempt) timeout(rollout time.Duration) time.Duration {
 		return t
 	}
 	return rollout
+}
+
+// harnessOutput copies the outside harness's stdout and stderr into its
+// log files, each up to a bound; the rest is read, dropped and counted.
+type harnessOutput struct {
+	done       chan struct{} // closed once both streams ended
+	bytes, cut atomic.Int64
+	w          []*os.File // the pipes' write ends, the harness's
+}
+
+// boundOutput has cmd write its stdout and stderr into pipes whose reads
+// are copied into outF and errF (which it closes when they end), bound
+// bytes each.
+func boundOutput(cmd *exec.Cmd, outF, errF *os.File, bound int64) (*harnessOutput, error) {
+	h := &harnessOutput{done: make(chan struct{})}
+	var rs []*os.File
+	for range 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(append(rs, h.w...)...)
+			return nil, err
+		}
+		rs, h.w = append(rs, r), append(h.w, w)
+	}
+	cmd.Stdout, cmd.Stderr = h.w[0], h.w[1]
+	var wg sync.WaitGroup
+	for i, f := range []*os.File{outF, errF} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := sandbox.CopyOutput(f, rs[i], bound, []string{"stdout", "stderr"}[i])
+			closeAll(rs[i], f)
+			h.bytes.Add(n)
+			h.cut.Add(max(n-bound, 0))
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(h.done)
+	}()
+	return h, nil
+}
+
+// started closes this process's copies of the pipes' write ends, once the
+// harness holds its own (or failed to start).
+func (h *harnessOutput) started() { closeAll(h.w...) }
+
+// wait waits until both streams ended, at most d (a process the harness
+// left behind may hold them).
+func (h *harnessOutput) wait(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-h.done:
+	case <-t.C:
+	}
 }
 
 // harnessCommand is the harness process: the configured command, on the

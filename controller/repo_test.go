@@ -599,12 +599,19 @@ func TestRepoHarnessInside(t *testing.T) {
 	}
 }
 
-// TestRepoHarnessInsideOutputBounded: an inside harness writing 200 MiB
-// to its stdout leaves at most sandbox.harness_output_bytes of it in the
-// attempt's log file on the host; the bytes dropped are counted in the
-// sandbox event, and the rollout is scored as usual.
-func TestRepoHarnessInsideOutputBounded(t *testing.T) {
+// TestRepoHarnessOutputBounded: a harness, inside the sandbox or outside
+// it, writing 200 MiB to its stdout leaves at most
+// sandbox.harness_output_bytes of it in the attempt's log file on the
+// host; the bytes dropped are counted in the sandbox event, and the
+// rollout is scored as usual.
+func TestRepoHarnessOutputBounded(t *testing.T) {
 	testutil.RequireBwrap(t)
+	for _, shape := range []string{controller.HarnessInside, controller.HarnessOutside} {
+		t.Run(shape, func(t *testing.T) { testHarnessOutputBounded(t, shape) })
+	}
+}
+
+func testHarnessOutputBounded(t *testing.T, shape string) {
 	const bound, flood = 1 << 20, 200 << 20
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp) // the attempt's dir, where its log files are
@@ -612,8 +619,10 @@ func TestRepoHarnessInsideOutputBounded(t *testing.T) {
 	rid := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120},
 		repoTask(t, pyRepo(t), map[string]any{"cmds": []string{fixCmd}, "gateway": e.srv.URL, "flood_stdout": flood}))[0]
 	cfg := e.repoConfig(t)
-	cfg.Command = []string{"python3", "inside_harness.py"}
-	cfg.Sandbox.Harness = controller.HarnessInside
+	if shape == controller.HarnessInside {
+		cfg.Command = []string{"python3", "inside_harness.py"}
+	}
+	cfg.Sandbox.Harness = shape
 	cfg.Sandbox.HarnessOutputBytes = bound
 	start(t, cfg)
 
