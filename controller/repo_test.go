@@ -936,6 +936,69 @@ func TestRepoGoVerdict(t *testing.T) {
 	}
 }
 
+// TestRepoGoVerdictSandboxed: a gotest task with the real go command in
+// the sandbox (a cold build cache, so minutes): the honest fix scores 1;
+// a test binary writing pass events into its parent's stdout and exiting
+// 0 from init, and one printing test2json framing before exiting 0 from
+// init, score 0.
+func TestRepoGoVerdictSandboxed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Go test binaries in sandboxes with a cold build cache (minutes)")
+	}
+	testutil.RequireBwrap(t)
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Skip("no go command")
+	}
+	e := newEnv(t, time.Hour)
+	repo := goRepo(t)
+	// calc.go with the fix undone and forge run from init, then exit 0.
+	forged := func(forge string) string {
+		return writeCmd("calc.go", "package calc\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc init() {\n\t"+forge+"\n\tos.Exit(0)\n}\n\nfunc Add(a, b int) int { return a - b }\n\nfunc Mul(a, b int) int { return a * b }\n")
+	}
+	cases := []struct {
+		name      string
+		cmds      []string
+		want      float64
+		untrusted string
+	}{
+		{"honest fix", []string{"sed -i 's/return a - b/return a + b/' calc.go"}, 1, ""},
+		{"pass events into the parent's stdout, exit 0 from init", []string{forged(`if f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", os.Getppid()), os.O_WRONLY, 0); err == nil {
+		fmt.Fprintln(f, "{\"Action\":\"pass\",\"Package\":\"example.com/calc\",\"Test\":\"TestAdd\"}")
+	}`)}, 0, "exit status 0 disagrees"},
+		{"test2json framing, exit 0 from init", []string{forged(`fmt.Print("\x16=== RUN   TestAdd\n\x16--- PASS: TestAdd (0.00s)\n\x16PASS\n")`)}, 0, "exit status 0 disagrees"},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 900}, repoTask(t, repo, map[string]any{
+			"cmds": c.cmds, "test_format": "gotest", "test_command": "go test -json ./...",
+			"fail_to_pass": []string{"example.com/calc.TestAdd"}, "pass_to_pass": []string{"example.com/calc.TestMul"}, "hidden_files": []string{"calc_test.go"}}))[0]
+	}
+	cfg := e.repoConfig(t)
+	cfg.Concurrency = len(cases)
+	cfg.Sandbox.Limits.MemoryBytes, cfg.Sandbox.Limits.Processes, cfg.Sandbox.Limits.DiskBytes = 2<<30, 1024, 1<<30
+	cfg.Sandbox.Env = []string{"PATH=" + strings.TrimSpace(string(goroot)) + "/bin:" + sandbox.DefaultPath, "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local"}
+	cfg.Tests.Timeout = 12 * time.Minute
+	start(t, cfg)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rid := ids[c.name]
+			r := e.wait(t, []string{rid}, 15*time.Minute)[0]
+			var te testsEvent
+			if !e.one(t, rid, controller.EventTests, &te) {
+				return
+			}
+			t.Logf("tests: %v %v, %s", te.FailToPass, te.PassToPass, te.Untrusted)
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
+				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g\n%s", r.Status, r.Error, fmtPtr(r.Reward), c.want, te.Log)
+			}
+			if (c.untrusted == "") != (te.Untrusted == "") || !strings.Contains(te.Untrusted, c.untrusted) {
+				t.Errorf("untrusted %q, want %q", te.Untrusted, c.untrusted)
+			}
+		})
+	}
+}
+
 // shellQuoteAll quotes each of ss for sh, space-separated.
 func shellQuoteAll(ss []string) string {
 	q := make([]string, len(ss))

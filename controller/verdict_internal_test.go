@@ -86,7 +86,8 @@ func TestGoVerdict(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
 	}
-	const add, mul, ext = "example.com/calc.TestAdd", "example.com/calc.TestMul", "example.com/calc.TestExt"
+	const add, mul, ext, sub = "example.com/calc.TestAdd", "example.com/calc.TestMul", "example.com/calc.TestExt", "example.com/calc/sub.TestSub"
+	const subTest = "package sub\n\nimport \"testing\"\n\nfunc TestSub(t *testing.T) {\n\tif Sub(3, 2) != 1 {\n\t\tt.Fatal(\"Sub(3, 2) != 1\")\n\t}\n}\n"
 	fixed := "package calc\n\nfunc Add(a, b int) int { return a + b }\n\nfunc Mul(a, b int) int { return a * b }\n"
 	cases := []struct {
 		name      string
@@ -120,6 +121,12 @@ func TestGoVerdict(t *testing.T) {
 			map[string]string{add: testMissing, mul: testPassed}, "exit status 0 disagrees"},
 		{"fix, and an external test package", map[string]string{"calc.go": fixed, "ext_test.go": "package calc_test\n\nimport (\n\t\"testing\"\n\n\t\"example.com/calc\"\n)\n\nfunc TestExt(t *testing.T) {\n\tif calc.Mul(2, 2) != 4 {\n\t\tt.Fatal(\"Mul\")\n\t}\n}\n"},
 			map[string]string{add: testPassed, mul: testPassed, ext: testPassed}, ""},
+		{"a tests package in a subdirectory", map[string]string{"sub/sub.go": "package sub\n\nfunc Sub(a, b int) int { return a - b }\n", "sub/sub_test.go": subTest},
+			map[string]string{add: testFailed, sub: testPassed}, ""},
+		{"a tests package in a subdirectory, pass events for it into the parent's stdout, os.Exit(0) from its init", map[string]string{
+			"sub/sub.go": "package sub\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc init() {\n\tif f, err := os.OpenFile(fmt.Sprintf(\"/proc/%d/fd/1\", os.Getppid()), os.O_WRONLY, 0); err == nil {\n\t\tfmt.Fprintln(f, `{\"Action\":\"pass\",\"Package\":\"example.com/calc/sub\",\"Test\":\"TestSub\"}`)\n\t}\n\tos.Exit(0)\n}\n\nfunc Sub(a, b int) int { return a + b }\n",
+			"sub/sub_test.go": subTest, "calc.go": fixed},
+			map[string]string{add: testPassed, sub: testMissing}, "exit status 0 disagrees"},
 		{"no fix, and an external test package", map[string]string{"ext_test.go": "package calc_test\n\nimport (\n\t\"testing\"\n\n\t\"example.com/calc\"\n)\n\nfunc TestExt(t *testing.T) {\n\tif calc.Add(2, 2) != 4 {\n\t\tt.Fatal(\"Add\")\n\t}\n}\n"},
 			map[string]string{add: testFailed, mul: testPassed, ext: testFailed}, ""},
 	}
