@@ -124,7 +124,7 @@ func TestGoVerdict(t *testing.T) {
 		{"a tests package in a subdirectory", map[string]string{"sub/sub.go": "package sub\n\nfunc Sub(a, b int) int { return a - b }\n", "sub/sub_test.go": subTest},
 			map[string]string{add: testFailed, sub: testPassed}, ""},
 		{"a tests package in a subdirectory, pass events for it into the parent's stdout, os.Exit(0) from its init", map[string]string{
-			"sub/sub.go": "package sub\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc init() {\n\tif f, err := os.OpenFile(fmt.Sprintf(\"/proc/%d/fd/1\", os.Getppid()), os.O_WRONLY, 0); err == nil {\n\t\tfmt.Fprintln(f, `{\"Action\":\"pass\",\"Package\":\"example.com/calc/sub\",\"Test\":\"TestSub\"}`)\n\t}\n\tos.Exit(0)\n}\n\nfunc Sub(a, b int) int { return a + b }\n",
+			"sub/sub.go":      "package sub\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc init() {\n\tif f, err := os.OpenFile(fmt.Sprintf(\"/proc/%d/fd/1\", os.Getppid()), os.O_WRONLY, 0); err == nil {\n\t\tfmt.Fprintln(f, `{\"Action\":\"pass\",\"Package\":\"example.com/calc/sub\",\"Test\":\"TestSub\"}`)\n\t}\n\tos.Exit(0)\n}\n\nfunc Sub(a, b int) int { return a + b }\n",
 			"sub/sub_test.go": subTest, "calc.go": fixed},
 			map[string]string{add: testPassed, sub: testMissing}, "exit status 0 disagrees"},
 		{"no fix, and an external test package", map[string]string{"ext_test.go": "package calc_test\n\nimport (\n\t\"testing\"\n\n\t\"example.com/calc\"\n)\n\nfunc TestExt(t *testing.T) {\n\tif calc.Add(2, 2) != 4 {\n\t\tt.Fatal(\"Add\")\n\t}\n}\n"},
