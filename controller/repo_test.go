@@ -541,7 +541,13 @@ func TestRepoHarnessInside(t *testing.T) {
 		{name: "fix, flat hidden file", cmds: []string{fixCmd}, want: 1, flat: true},
 		{name: "a package beside the flat hidden test file", cmds: []string{writeCmd("test_calc/__init__.py", fakeTests)}, flat: true, check: shadowed("test_calc")},
 		{name: "a module under the hidden tests package's name", cmds: []string{writeCmd("tests.py", fakeTests)}, check: shadowed("tests.py")},
+		{name: "a compiled module beside the flat hidden test file", cmds: []string{soCmd("test_calc.cpython-311-x86_64-linux-gnu.so", "test_calc")}, flat: true,
+			check: shadowed("test_calc.cpython-311-x86_64-linux-gnu.so")},
+		{name: "org/python/core.py, imported by unittest's start-up", cmds: []string{writeCmd("org/python/core.py", fakePass), "touch org/__init__.py org/python/__init__.py"}},
+		{name: "a compiled re, with the fix", cmds: []string{fixCmd, soCmd("re.cpython-311-x86_64-linux-gnu.so", "re")}, want: 1,
+			check: shadowed("re.cpython-311-x86_64-linux-gnu.so")},
 		{name: "fake runner output and os._exit(0)", cmds: []string{appendCalc(fakePass)}, check: untrusted("ended without the runner's report")},
+		{name: "fake runner output and os._exit(0), flat", cmds: []string{appendCalc(fakePass)}, flat: true, check: untrusted("ended without the runner's report")},
 		{name: "tamper: TestCase.assertEqual replaced", cmds: []string{appendCalc("import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n")}, flat: true,
 			check: tampered("TestCase.assertEqual was replaced")},
 	}
