@@ -83,6 +83,9 @@ func runGoTests(t *testing.T, files map[string]string) (*goStream, int, string) 
 // report line, tests left out through os.Args, os.Exit(0) in a test or
 // from init never make a pass (real `go test -json`).
 func TestGoVerdict(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a Go module's tests with the go command, 13 times (tens of seconds)")
+	}
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
 	}
