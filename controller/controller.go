@@ -360,9 +360,21 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		return
 	}
 	cmd.Stdout, cmd.Stderr = outF, errF
+	if a.repo != nil && c.cfg.Sandbox.Harness == HarnessOutside {
+		// Bounded like the inside harness's (sandbox.harness_output_bytes).
+		if a.repo.output, err = boundOutput(cmd, outF, errF, c.cfg.Sandbox.HarnessOutputBytes); err != nil {
+			closeAll(outF, errF)
+			c.complete(a, store.AttemptFailed, "controller: "+err.Error())
+			return
+		}
+	}
 	setGroup(cmd)
 	err = procs.start(cmd)
-	closeAll(outF, errF) // the child holds its own copies
+	if a.repo != nil && a.repo.output != nil {
+		a.repo.output.started() // the copiers hold the log files
+	} else {
+		closeAll(outF, errF) // the child holds its own copies
+	}
 	if err != nil {
 		c.complete(a, store.AttemptFailed, "start harness: "+err.Error())
 		return
@@ -389,6 +401,9 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 	select {
 	case werr := <-exited:
 		c.harnessEnded(a, pid)
+		if a.repo != nil && a.repo.output != nil {
+			a.repo.output.wait(10 * time.Second)
+		}
 		c.finish(ctx, a, werr)
 	case <-deadline:
 		c.revoke(a)

@@ -44,18 +44,7 @@ func TestDoorFlood(t *testing.T) {
 	t.Setenv("TMPDIR", tmp) // the attempts' dirs, where the doors' sockets are
 	e := newEnv(t, time.Hour)
 
-	// The gateway as agl serves it: its own listener and connection caps.
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	gw := gateway.New(gateway.Options{Store: e.st, AdminKey: adminKey, LLM: proxy.New(proxy.Config{}, e.st, nil), Logger: quiet})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gctx, stopGW := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- gw.Serve(gctx, ln, time.Second, nil) }()
-	t.Cleanup(func() { stopGW(); <-served })
-	gwURL := "http://" + ln.Addr().String()
+	gwURL := servedGateway(t, e)
 
 	repo := pyRepo(t)
 	attacker := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"gateway": gwURL, "sleep_s": 12}))[0]
@@ -68,28 +57,7 @@ func TestDoorFlood(t *testing.T) {
 	start(t, cfg)
 
 	sock, prefix, key := attackerDoor(t, tmp, attacker)
-	admin := func(label string) time.Duration {
-		t.Helper()
-		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-		var ds []time.Duration
-		for range 30 {
-			req, _ := http.NewRequest(http.MethodGet, gwURL+"/api/rollouts?limit=1", nil)
-			req.Header.Set("Authorization", "Bearer "+adminKey)
-			began := time.Now()
-			resp, err := cl.Do(req)
-			if err != nil {
-				t.Fatalf("admin API (%s): %v", label, err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			ds = append(ds, time.Since(began))
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("admin API (%s): %d %s", label, resp.StatusCode, body)
-			}
-		}
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
+	admin := func(label string) time.Duration { return adminP50(t, gwURL, label) }
 	idle := admin("idle")
 
 	// The flood: slow model requests on the attacker's own route, with its
@@ -182,6 +150,124 @@ func TestDoorFlood(t *testing.T) {
 		}
 	}
 	t.Logf("admin API p50 once the victim was done, still flooding: %s", stillFlooding)
+}
+
+// servedGateway serves the gateway as agl does (its own listener and
+// connection caps, no engine) over e's store; it returns its URL.
+func servedGateway(t *testing.T, e *env) string {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gw := gateway.New(gateway.Options{Store: e.st, AdminKey: adminKey, LLM: proxy.New(proxy.Config{}, e.st, nil), Logger: quiet})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, stopGW := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve(gctx, ln, time.Second, nil) }()
+	t.Cleanup(func() { stopGW(); <-served })
+	return "http://" + ln.Addr().String()
+}
+
+// adminP50 is the median time of 30 admin API requests to the gateway at
+// gwURL, each on a new connection; any answer but 200 fails the test.
+func adminP50(t *testing.T, gwURL, label string) time.Duration {
+	t.Helper()
+	cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	var ds []time.Duration
+	for range 30 {
+		req, _ := http.NewRequest(http.MethodGet, gwURL+"/api/rollouts?limit=1", nil)
+		req.Header.Set("Authorization", "Bearer "+adminKey)
+		began := time.Now()
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatalf("admin API (%s): %v", label, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ds = append(ds, time.Since(began))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("admin API (%s): %d %s", label, resp.StatusCode, body)
+		}
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+// TestDoorFloodForwarded: TestDoorFlood's flood, from inside a real
+// sandbox: the inside harness itself opens 1,000 slow model requests to
+// 127.0.0.1:8642, which `agl sandbox forward` relays to its door. The door
+// refuses past its caps, the admin API keeps answering (p50 against idle,
+// same run), and a victim rollout started during the flood gets its
+// reward.
+func TestDoorFloodForwarded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a soak: a sandbox holds 1,000 connections for about half a minute")
+	}
+	testutil.RequireBwrap(t)
+	const flood, doorConns, doorRequests = 1000, 64, 16
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // the attempts' dirs
+	e := newEnv(t, time.Hour)
+	gwURL := servedGateway(t, e)
+	repo := pyRepo(t)
+	attacker := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 180}, repoTask(t, repo, map[string]any{"gateway": gwURL, "flood_door": flood, "flood_hold_s": 40}))[0]
+	cfg := e.repoConfig(t)
+	cfg.GatewayURL = gwURL
+	cfg.Command = []string{"python3", "inside_harness.py"}
+	cfg.Sandbox.Harness = controller.HarnessInside
+	cfg.Sandbox.DoorConns, cfg.Sandbox.DoorRequests = doorConns, doorRequests
+	cfg.Concurrency = 2
+	start(t, cfg)
+	idle := adminP50(t, gwURL, "idle")
+
+	// The harness prints what its flood got once it is in place.
+	var counts map[string]int
+	for deadline := time.Now().Add(60 * time.Second); counts == nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the attacker's harness did not report its flood")
+		}
+		logs, _ := filepath.Glob(filepath.Join(tmp, "agl-attempt-*", "stdout.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			if _, after, ok := strings.Cut(string(b), "FLOOD "); ok {
+				line, _, _ := strings.Cut(after, "\n")
+				if err := json.Unmarshal([]byte(line), &counts); err != nil {
+					t.Fatalf("FLOOD %s: %v", line, err)
+				}
+			}
+		}
+	}
+	t.Logf("the flood's %d connections, from inside the sandbox: %v", flood, counts)
+	if n := counts["503 too_many_connections"]; n < flood-doorConns {
+		t.Errorf("%d connections refused at the door, want at least %d", n, flood-doorConns)
+	}
+	if n := counts["429 too_many_requests"] + counts["held"]; n > doorConns {
+		t.Errorf("the door held %d connections, want at most %d", n, doorConns)
+	}
+	flooding := adminP50(t, gwURL, "flooding")
+
+	victim := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{"cmds": []string{fixCmd}, "gateway": gwURL}))[0]
+	v := e.wait(t, []string{victim}, 2*time.Minute)[0]
+	out := logText(t, e.events(t, victim, store.EventLog), "stdout")
+	if v.Status != store.RolloutSucceeded || v.Reward == nil || *v.Reward != 1 {
+		t.Fatalf("victim rollout %s (%s), reward %s, want succeeded with 1\n%s", v.Status, v.Error, fmtPtr(v.Reward), out)
+	}
+	if !strings.Contains(out, "MODEL 500\n") {
+		t.Errorf("the victim's model call did not reach the gateway:\n%s", out)
+	}
+	t.Logf("admin API p50 (a new connection each): idle %s, while a sandbox floods its door through its forwarder %s", idle, flooding)
+
+	a := e.wait(t, []string{attacker}, 2*time.Minute)[0]
+	if a.Status != store.RolloutSucceeded || len(a.Attempts) != 1 {
+		t.Fatalf("attacker rollout %s (%s) in %d attempts, want succeeded in 1 (heartbeats kept it alive)", a.Status, a.Error, len(a.Attempts))
+	}
+	var se sandboxEvent
+	if e.one(t, attacker, controller.EventSandbox, &se) {
+		if se.DoorRefusedConns < flood-doorConns || se.DoorRefusedRequests == 0 {
+			t.Errorf("sandbox event: door refused %d connections and %d requests, want at least %d and 1", se.DoorRefusedConns, se.DoorRefusedRequests, flood-doorConns)
+		}
+	}
 }
 
 // attackerDoor waits for the inside harness of rollout rid to run, and

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aglrl/agl/api"
@@ -75,8 +77,8 @@ func ParseRepoTask(raw json.RawMessage) (*RepoTask, error) {
 		return nil, fmt.Errorf("repository task: test_format %q: want %s or %s", t.TestFormat, TestsUnittest, TestsGo)
 	case t.TestFormat == TestsUnittest && !unittestModule.MatchString(t.TestCommand):
 		return nil, fmt.Errorf("repository task: test_command %q: test_format unittest runs `python3 -m unittest` (the verdict runner runs in its place)", t.TestCommand)
-	case t.TestFormat == TestsGo && !strings.Contains(t.TestCommand, "-json"):
-		return nil, fmt.Errorf("repository task: test_command %q: test_format gotest reads `go test -json`", t.TestCommand)
+	case t.TestFormat == TestsGo && (!strings.Contains(t.TestCommand, "-json") || !goTestCommand.MatchString(t.TestCommand)):
+		return nil, fmt.Errorf("repository task: test_command %q: test_format gotest runs `go test -json` (the test binaries run through the verdict runner)", t.TestCommand)
 	}
 	h, err := sandbox.CheckHidden(t.HiddenFiles)
 	if err != nil {
@@ -127,10 +129,10 @@ type SandboxConfig struct {
 	KeepWorkspaces string `yaml:"keep_workspaces"`
 	// Bwrap is the bubblewrap executable (default: bwrap in PATH).
 	Bwrap string `yaml:"bwrap"`
-	// HarnessOutputBytes bounds, with HarnessInside, how much of the
-	// harness's stdout and of its stderr, each, reaches the host (the
-	// attempt's log files); the rest is read and dropped, and counted in
-	// the sandbox event (default 64 MiB).
+	// HarnessOutputBytes bounds how much of the harness's stdout and of
+	// its stderr, each, reaches the attempt's log files on the host,
+	// inside or outside the sandbox; the rest is read and dropped, and
+	// counted in the sandbox event (default 64 MiB).
 	HarnessOutputBytes int64 `yaml:"harness_output_bytes"`
 	// DoorConns and DoorRequests bound, with HarnessInside, one attempt's
 	// open connections to its gateway door (default 64) and its requests
@@ -187,6 +189,9 @@ type repoAttempt struct {
 	harnessJournal string
 	// doorRefused counts what the door refused over its caps.
 	doorRefused doorCounts
+	// output copies the outside harness's output into its log files,
+	// bounded.
+	output *harnessOutput
 	// top holds the workspace's top-level names as prepared (hidden
 	// ones included).
 	top map[string]bool
@@ -371,8 +376,8 @@ type sandboxData struct {
 	DiskLimit bool `json:"disk_limit"`
 	// Harness is the shape: outside or inside.
 	Harness string `json:"harness"`
-	// HarnessOutputBytes is what the inside harness wrote to stdout and
-	// stderr; HarnessOutputCut, how much of it was dropped at
+	// HarnessOutputBytes is what the harness (either shape) wrote to
+	// stdout and stderr; HarnessOutputCut, how much of it was dropped at
 	// sandbox.harness_output_bytes instead of reaching the host.
 	HarnessOutputBytes int64 `json:"harness_output_bytes,omitempty"`
 	HarnessOutputCut   int64 `json:"harness_output_cut_bytes,omitempty"`
@@ -405,6 +410,9 @@ func (c *runner) recordSandbox(ctx context.Context, a *attempt) {
 		}
 	}
 	d.DoorRefusedConns, d.DoorRefusedRequests = a.repo.doorRefused.conns.Load(), a.repo.doorRefused.requests.Load()
+	if o := a.repo.output; o != nil {
+		d.HarnessOutputBytes, d.HarnessOutputCut = o.bytes.Load(), o.cut.Load()
+	}
 	if a.repo.harnessJournal != "" {
 		hs, err := sandbox.ReadJournal(a.repo.harnessJournal)
 		if err != nil {
@@ -516,14 +524,28 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	var stdin io.Reader
 	var key verdictKey
 	var events *goStream
+	if key, err = newVerdictKey(); err != nil {
+		return d, err
+	}
 	if t.TestFormat == TestsGo {
-		events = newGoStream()
-		stdout = io.MultiWriter(log, events)
-	} else {
-		if key, err = newVerdictKey(); err != nil {
+		// go builds the test binaries with a verdict test holding the key;
+		// its source is removed before any binary runs.
+		generated, err := writeGoVerdictTests(dir, key.hex())
+		if err != nil {
+			d.Untrusted = "untrusted verdict: " + truncate(err.Error(), 1024)
+			d.Reason = d.Untrusted
+			return d, nil
+		}
+		script, err := writeRunner(filepath.Join(a.dir, "verdict"), "verdict_gotest.sh", gotestRunner)
+		if err != nil {
 			return d, err
 		}
-		runner, err := writeRunner(filepath.Join(a.dir, "verdict"))
+		spec.ReadOnly = append(slices.Clone(spec.ReadOnly), filepath.Dir(script))
+		command = gotestCommand(command, script, generated)
+		events = newGoStream(key.hex())
+		stdout = io.MultiWriter(log, events)
+	} else {
+		runner, err := writeRunner(filepath.Join(a.dir, "verdict"), "verdict_runner.py", verdictRunner)
 		if err != nil {
 			return d, err
 		}
@@ -542,19 +564,19 @@ func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {
 	}
 	d.Exit, d.TimedOut, d.Duration, d.LogBytes = res.Exit, res.TimedOut, res.Duration, res.StdoutBytes+res.StderrBytes
 	d.Log = a.redact(runeStart(log.String()))
-	var st map[string]string
 	if events != nil {
-		st = events.statuses
-		d.Untrusted = goVerdict(st, events.failed, res.Exit, ids)
+		d.FailToPass, d.PassToPass = goStatuses(events.statuses, t.FailToPass), goStatuses(events.statuses, t.PassToPass)
+		d.Untrusted = goVerdict(events, res.Exit, ids)
 	} else {
+		var st map[string]string
 		report, err := readReport(filepath.Join(dir, key.report))
 		if err != nil {
 			d.Untrusted = "untrusted verdict: " + err.Error()
 		} else {
 			st, d.Tamper, d.Untrusted = unittestVerdict(report, key.key, res.Exit, ids)
 		}
+		d.FailToPass, d.PassToPass = statuses(st, t.FailToPass), statuses(st, t.PassToPass)
 	}
-	d.FailToPass, d.PassToPass = statuses(st, t.FailToPass), statuses(st, t.PassToPass)
 	d.Reward, d.Reason = score(d.FailToPass, d.PassToPass, c.cfg.Tests.PartialCredit)
 	if d.Untrusted != "" {
 		d.Reward, d.Reason = 0, d.Untrusted
@@ -690,6 +712,62 @@ func (r *repoAttempt) timeout(rollout time.Duration) time.Duration {
 		return t
 	}
 	return rollout
+}
+
+// harnessOutput copies the outside harness's stdout and stderr into its
+// log files, each up to a bound; the rest is read, dropped and counted.
+type harnessOutput struct {
+	done       chan struct{} // closed once both streams ended
+	bytes, cut atomic.Int64
+	w          []*os.File // the pipes' write ends, the harness's
+}
+
+// boundOutput has cmd write its stdout and stderr into pipes whose reads
+// are copied into outF and errF (which it closes when they end), bound
+// bytes each.
+func boundOutput(cmd *exec.Cmd, outF, errF *os.File, bound int64) (*harnessOutput, error) {
+	h := &harnessOutput{done: make(chan struct{})}
+	var rs []*os.File
+	for range 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(append(rs, h.w...)...)
+			return nil, err
+		}
+		rs, h.w = append(rs, r), append(h.w, w)
+	}
+	cmd.Stdout, cmd.Stderr = h.w[0], h.w[1]
+	var wg sync.WaitGroup
+	for i, f := range []*os.File{outF, errF} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := sandbox.CopyOutput(f, rs[i], bound, []string{"stdout", "stderr"}[i])
+			closeAll(rs[i], f)
+			h.bytes.Add(n)
+			h.cut.Add(max(n-bound, 0))
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(h.done)
+	}()
+	return h, nil
+}
+
+// started closes this process's copies of the pipes' write ends, once the
+// harness holds its own (or failed to start).
+func (h *harnessOutput) started() { closeAll(h.w...) }
+
+// wait waits until both streams ended, at most d (a process the harness
+// left behind may hold them).
+func (h *harnessOutput) wait(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-h.done:
+	case <-t.C:
+	}
 }
 
 // harnessCommand is the harness process: the configured command, on the

@@ -541,7 +541,13 @@ func TestRepoHarnessInside(t *testing.T) {
 		{name: "fix, flat hidden file", cmds: []string{fixCmd}, want: 1, flat: true},
 		{name: "a package beside the flat hidden test file", cmds: []string{writeCmd("test_calc/__init__.py", fakeTests)}, flat: true, check: shadowed("test_calc")},
 		{name: "a module under the hidden tests package's name", cmds: []string{writeCmd("tests.py", fakeTests)}, check: shadowed("tests.py")},
+		{name: "a compiled module beside the flat hidden test file", cmds: []string{soCmd("test_calc.cpython-311-x86_64-linux-gnu.so", "test_calc")}, flat: true,
+			check: shadowed("test_calc.cpython-311-x86_64-linux-gnu.so")},
+		{name: "org/python/core.py, imported by unittest's start-up", cmds: []string{writeCmd("org/python/core.py", fakePass), "touch org/__init__.py org/python/__init__.py"}},
+		{name: "a compiled re, with the fix", cmds: []string{fixCmd, soCmd("re.cpython-311-x86_64-linux-gnu.so", "re")}, want: 1,
+			check: shadowed("re.cpython-311-x86_64-linux-gnu.so")},
 		{name: "fake runner output and os._exit(0)", cmds: []string{appendCalc(fakePass)}, check: untrusted("ended without the runner's report")},
+		{name: "fake runner output and os._exit(0), flat", cmds: []string{appendCalc(fakePass)}, flat: true, check: untrusted("ended without the runner's report")},
 		{name: "tamper: TestCase.assertEqual replaced", cmds: []string{appendCalc("import unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n")}, flat: true,
 			check: tampered("TestCase.assertEqual was replaced")},
 	}
@@ -599,12 +605,19 @@ func TestRepoHarnessInside(t *testing.T) {
 	}
 }
 
-// TestRepoHarnessInsideOutputBounded: an inside harness writing 200 MiB
-// to its stdout leaves at most sandbox.harness_output_bytes of it in the
-// attempt's log file on the host; the bytes dropped are counted in the
-// sandbox event, and the rollout is scored as usual.
-func TestRepoHarnessInsideOutputBounded(t *testing.T) {
+// TestRepoHarnessOutputBounded: a harness, inside the sandbox or outside
+// it, writing 200 MiB to its stdout leaves at most
+// sandbox.harness_output_bytes of it in the attempt's log file on the
+// host; the bytes dropped are counted in the sandbox event, and the
+// rollout is scored as usual.
+func TestRepoHarnessOutputBounded(t *testing.T) {
 	testutil.RequireBwrap(t)
+	for _, shape := range []string{controller.HarnessInside, controller.HarnessOutside} {
+		t.Run(shape, func(t *testing.T) { testHarnessOutputBounded(t, shape) })
+	}
+}
+
+func testHarnessOutputBounded(t *testing.T, shape string) {
 	const bound, flood = 1 << 20, 200 << 20
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp) // the attempt's dir, where its log files are
@@ -612,8 +625,10 @@ func TestRepoHarnessInsideOutputBounded(t *testing.T) {
 	rid := e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120},
 		repoTask(t, pyRepo(t), map[string]any{"cmds": []string{fixCmd}, "gateway": e.srv.URL, "flood_stdout": flood}))[0]
 	cfg := e.repoConfig(t)
-	cfg.Command = []string{"python3", "inside_harness.py"}
-	cfg.Sandbox.Harness = controller.HarnessInside
+	if shape == controller.HarnessInside {
+		cfg.Command = []string{"python3", "inside_harness.py"}
+	}
+	cfg.Sandbox.Harness = shape
 	cfg.Sandbox.HarnessOutputBytes = bound
 	start(t, cfg)
 
@@ -840,40 +855,71 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 	}
 }
 
+// goRepo copies testdata/gorepo (example.com/calc, Add broken).
+func goRepo(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "gorepo")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := sandbox.CopyTree("testdata/gorepo", dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// goStandIn is a gotest test command whose `go test` is a shell function
+// standing in for the go command: it fails unless its arguments hold the
+// verdict runner's -exec, prints lines ("SIGN body" signed with the key in
+// the generated verdict test, as the verdict test signs its report) and
+// returns exit.
+func goStandIn(exit int, lines ...string) string {
+	var b strings.Builder
+	b.WriteString(`go() { case "$*" in *"-exec sh "*" record "*) ;; *) echo "no -exec: $*" >&2; return 3 ;; esac
+k=$(sed -n 's/.*\[\]byte("\([0-9a-f]*\)").*/\1/p' zz_agl_verdict_test.go)
+`)
+	for _, l := range lines {
+		if body, ok := strings.CutPrefix(l, "SIGN "); ok {
+			q := shellQuoteAll([]string{body})
+			fmt.Fprintf(&b, "printf '%%s %%s\\n' %s \"$(printf '%%s' %s | openssl dgst -sha256 -hmac \"$k\" -r | cut -d' ' -f1)\"\n", q, q)
+		} else {
+			fmt.Fprintf(&b, "printf '%%s\\n' %s\n", shellQuoteAll([]string{l}))
+		}
+	}
+	fmt.Fprintf(&b, "return %d; }; go test -json ./...", exit)
+	return b.String()
+}
+
 // TestRepoGoVerdict: a gotest task's verdict through the controller and
-// the sandbox: the test command's stdout is read as `go test -json`
-// events, streamed, keyed by package and test name, and the exit status
-// must agree. A printf stands in for the go command (whose events
-// TestGoVerdict reads from a real run): a sandboxed go build needs a
-// warm build cache.
+// the sandbox: the verdict tests are generated into the test copy, the
+// test command's `go test` gets the verdict runner's -exec, statuses come
+// only from reports signed with the evaluation's key, streamed, keyed by
+// package and test name, and the exit status must agree. A shell function
+// stands in for the go command (TestGoVerdict runs the real one; a
+// sandboxed go build needs a warm build cache).
 func TestRepoGoVerdict(t *testing.T) {
 	testutil.RequireBwrap(t)
 	e := newEnv(t, time.Hour)
-	repo := pyRepo(t)
+	repo := goRepo(t)
 	const add = "example.com/calc.TestAdd"
-	ev := func(action, pkg, test string) string {
-		return fmt.Sprintf(`{"Time":"2026-01-01T00:00:00Z","Action":%q,"Package":%q,"Test":%q}`, action, pkg, test)
-	}
-	lines := func(exit int, evs ...string) string {
-		return "printf '%s\\n' " + shellQuoteAll(evs) + fmt.Sprintf("; exit %d # go test -json", exit)
-	}
 	cases := []struct {
 		name, cmd string
 		want      float64
 		untrusted string
 	}{
-		{"passed", lines(0, ev("run", "example.com/calc", "TestAdd"), ev("pass", "example.com/calc", "TestAdd")), 1, ""},
-		{"passed, exit status 1", lines(1, ev("pass", "example.com/calc", "TestAdd")), 0, "exit status 1 disagrees"},
-		{"TestAdd of another package", lines(0, ev("pass", "example.com/calc/other", "TestAdd")), 0, "exit status 0 disagrees"},
-		{"the package's build failed", lines(1, ev("pass", "example.com/calc/other", "TestAdd"), `{"Action":"fail","Package":"example.com/calc","FailedBuild":"example.com/calc"}`), 0, "example.com/calc [build failed]"},
-		{"a pass, then a fail", lines(1, ev("pass", "example.com/calc", "TestAdd"), ev("fail", "example.com/calc", "TestAdd")), 0, ""},
+		{"passed", goStandIn(0, "SIGN agl-verdict example.com/calc TestAdd=passed TestMul=passed"), 1, ""},
+		{"passed, exit status 1", goStandIn(1, "SIGN agl-verdict example.com/calc TestAdd=passed"), 0, "exit status 1 disagrees"},
+		{"TestAdd of another package", goStandIn(0, "SIGN agl-verdict example.com/calc/other TestAdd=passed"), 0, "exit status 0 disagrees"},
+		{"the package's build failed", goStandIn(1, "SIGN agl-verdict example.com/calc/other TestAdd=passed", `{"Action":"fail","Package":"example.com/calc","FailedBuild":"example.com/calc"}`), 0, "example.com/calc [build failed]"},
+		{"a pass, then a fail", goStandIn(1, "SIGN agl-verdict example.com/calc TestAdd=passed", "SIGN agl-verdict example.com/calc TestAdd=failed"), 0, ""},
+		{"events and an unsigned report", goStandIn(0, `{"Action":"pass","Package":"example.com/calc","Test":"TestAdd"}`, "agl-verdict example.com/calc TestAdd=passed 00"), 0, "1 report lines not authenticated"},
 		// 60 MiB of newlines, under the test output's limit of 64 MiB.
-		{"a flood before the events", "head -c 62914560 /dev/zero | tr '\\0' '\\n'; " + lines(0, ev("pass", "example.com/calc", "TestAdd")), 1, ""},
+		{"a flood before the report", "head -c 62914560 /dev/zero | tr '\\0' '\\n'; " + goStandIn(0, "SIGN agl-verdict example.com/calc TestAdd=passed"), 1, ""},
 	}
 	ids := map[string]string{}
 	for _, c := range cases {
 		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 120}, repoTask(t, repo, map[string]any{
-			"test_format": "gotest", "test_command": c.cmd, "fail_to_pass": []string{add}, "pass_to_pass": []string{}, "hidden_files": []string{}}))[0]
+			"test_format": "gotest", "test_command": c.cmd, "fail_to_pass": []string{add}, "pass_to_pass": []string{}, "hidden_files": []string{"calc_test.go"}}))[0]
 	}
 	cfg := e.repoConfig(t)
 	cfg.Concurrency = 3
@@ -882,12 +928,75 @@ func TestRepoGoVerdict(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			rid := ids[c.name]
 			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
-			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
-				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g", r.Status, r.Error, fmtPtr(r.Reward), c.want)
-			}
 			var te testsEvent
 			if !e.one(t, rid, controller.EventTests, &te) {
 				return
+			}
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
+				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g\n%s", r.Status, r.Error, fmtPtr(r.Reward), c.want, te.Log)
+			}
+			if (c.untrusted == "") != (te.Untrusted == "") || !strings.Contains(te.Untrusted, c.untrusted) {
+				t.Errorf("untrusted %q, want %q", te.Untrusted, c.untrusted)
+			}
+		})
+	}
+}
+
+// TestRepoGoVerdictSandboxed: a gotest task with the real go command in
+// the sandbox (a cold build cache, so minutes): the honest fix scores 1;
+// a test binary writing pass events into its parent's stdout and exiting
+// 0 from init, and one printing test2json framing before exiting 0 from
+// init, score 0.
+func TestRepoGoVerdictSandboxed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Go test binaries in sandboxes with a cold build cache (minutes)")
+	}
+	testutil.RequireBwrap(t)
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Skip("no go command")
+	}
+	e := newEnv(t, time.Hour)
+	repo := goRepo(t)
+	// calc.go with the fix undone and forge run from init, then exit 0.
+	forged := func(forge string) string {
+		return writeCmd("calc.go", "package calc\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc init() {\n\t"+forge+"\n\tos.Exit(0)\n}\n\nfunc Add(a, b int) int { return a - b }\n\nfunc Mul(a, b int) int { return a * b }\n")
+	}
+	cases := []struct {
+		name      string
+		cmds      []string
+		want      float64
+		untrusted string
+	}{
+		{"honest fix", []string{"sed -i 's/return a - b/return a + b/' calc.go"}, 1, ""},
+		{"pass events into the parent's stdout, exit 0 from init", []string{forged(`if f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", os.Getppid()), os.O_WRONLY, 0); err == nil {
+		fmt.Fprintln(f, "{\"Action\":\"pass\",\"Package\":\"example.com/calc\",\"Test\":\"TestAdd\"}")
+	}`)}, 0, "exit status 0 disagrees"},
+		{"test2json framing, exit 0 from init", []string{forged(`fmt.Print("\x16=== RUN   TestAdd\n\x16--- PASS: TestAdd (0.00s)\n\x16PASS\n")`)}, 0, "exit status 0 disagrees"},
+	}
+	ids := map[string]string{}
+	for _, c := range cases {
+		ids[c.name] = e.create(t, 1, store.RolloutConfig{TimeoutSeconds: 900}, repoTask(t, repo, map[string]any{
+			"cmds": c.cmds, "test_format": "gotest", "test_command": "go test -json ./...",
+			"fail_to_pass": []string{"example.com/calc.TestAdd"}, "pass_to_pass": []string{"example.com/calc.TestMul"}, "hidden_files": []string{"calc_test.go"}}))[0]
+	}
+	cfg := e.repoConfig(t)
+	cfg.Concurrency = len(cases)
+	cfg.Sandbox.Limits.MemoryBytes, cfg.Sandbox.Limits.Processes, cfg.Sandbox.Limits.DiskBytes = 2<<30, 1024, 1<<30
+	cfg.Sandbox.Env = []string{"PATH=" + strings.TrimSpace(string(goroot)) + "/bin:" + sandbox.DefaultPath, "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local"}
+	cfg.Tests.Timeout = 12 * time.Minute
+	start(t, cfg)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rid := ids[c.name]
+			r := e.wait(t, []string{rid}, 15*time.Minute)[0]
+			var te testsEvent
+			if !e.one(t, rid, controller.EventTests, &te) {
+				return
+			}
+			t.Logf("tests: %v %v, %s", te.FailToPass, te.PassToPass, te.Untrusted)
+			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
+				t.Fatalf("rollout %s (%s), reward %s; want succeeded with %g\n%s", r.Status, r.Error, fmtPtr(r.Reward), c.want, te.Log)
 			}
 			if (c.untrusted == "") != (te.Untrusted == "") || !strings.Contains(te.Untrusted, c.untrusted) {
 				t.Errorf("untrusted %q, want %q", te.Untrusted, c.untrusted)

@@ -23,8 +23,10 @@ func TestParseRepoTask(t *testing.T) {
 		{`{"repo":"r","test_command":"pytest {tests}","fail_to_pass":["a"]}`, "test_format unittest runs `python3 -m unittest`"},
 		{`{"repo":"r","test_command":"python3 -m unittest2 {tests}","fail_to_pass":["a"]}`, "test_format unittest runs `python3 -m unittest`"},
 		{`{"repo":"r","test_command":"cd src && python3 -m  unittest -v {tests}","fail_to_pass":["a"]}`, ""},
-		{`{"repo":"r","test_command":"go test -v ./...","test_format":"gotest","fail_to_pass":["a"]}`, "test_format gotest reads `go test -json`"},
+		{`{"repo":"r","test_command":"go test -v ./...","test_format":"gotest","fail_to_pass":["a"]}`, "test_format gotest runs `go test -json`"},
+		{`{"repo":"r","test_command":"gotest -json ./...","test_format":"gotest","fail_to_pass":["a"]}`, "test_format gotest runs `go test -json`"},
 		{`{"repo":"r","test_command":"go test -json ./...","test_format":"gotest","fail_to_pass":["a"]}`, ""},
+		{`{"repo":"r","test_command":"cd src && GOFLAGS=-mod=mod go test -json -short ./...","test_format":"gotest","fail_to_pass":["a"]}`, ""},
 	}
 	for _, c := range cases {
 		rt, err := controller.ParseRepoTask([]byte(c.task))

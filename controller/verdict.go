@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 )
 
 // The verdict of a test run (docs/concepts/verdict.md) comes from a channel
@@ -23,12 +22,20 @@ import (
 //   - unittest: verdictRunner, loaded from a read-only directory in place of
 //     `python3 -m unittest`, writes a report authenticated with a key only it
 //     reads (on stdin, before any workspace code runs);
-//   - gotest: `go test -json` events, keyed by package and test name.
+//   - gotest: go builds the test binaries, which keep a generated verdict
+//     test holding a key; its source is removed before any binary runs; the
+//     verdict test runs the package's tests and prints a report
+//     authenticated with that key (verdict_gotest.sh).
 
 // verdictRunner is the unittest runner (run as `python3 -I verdict_runner.py`).
 //
 //go:embed verdict_runner.py
 var verdictRunner []byte
+
+// gotestRunner runs a gotest task's test command (verdict_gotest.sh).
+//
+//go:embed verdict_gotest.sh
+var gotestRunner []byte
 
 // unittestModule is what a unittest task's test command runs
 // (`-m unittest`, a word of its own); the controller runs the verdict
@@ -53,20 +60,23 @@ func newVerdictKey() (verdictKey, error) {
 	return verdictKey{key: b[:32], report: ".agl-verdict-" + hex.EncodeToString(b[32:])}, nil
 }
 
+// hex is the key in hex, as a gotest verdict test holds it in its source.
+func (k verdictKey) hex() []byte { return []byte(hex.EncodeToString(k.key)) }
+
 // secret is the line the runner reads on stdin.
 func (k verdictKey) secret(reportPath, hidden string) []byte {
 	b, _ := json.Marshal(map[string]string{"key": hex.EncodeToString(k.key), "report": reportPath, "hidden": hidden})
 	return append(b, '\n')
 }
 
-// writeRunner writes the runner into dir (bound read-only in the
-// sandbox), returning its path.
-func writeRunner(dir string) (string, error) {
+// writeRunner writes a runner (src, under name) into dir (bound read-only
+// in the sandbox), returning its path.
+func writeRunner(dir, name string, src []byte) (string, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", fmt.Errorf("tests: the verdict runner: %w", err)
 	}
-	p := filepath.Join(dir, "verdict_runner.py")
-	if err := os.WriteFile(p, verdictRunner, 0o444); err != nil {
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, src, 0o444); err != nil {
 		return "", fmt.Errorf("tests: the verdict runner: %w", err)
 	}
 	return p, nil
@@ -135,125 +145,4 @@ func unittestVerdict(report, key []byte, exit int, ids []string) (statuses map[s
 		}
 	}
 	return r.Tests, nil, ""
-}
-
-// goEvent is one line of `go test -json`.
-type goEvent struct {
-	Action      string `json:"Action"`
-	Package     string `json:"Package"`
-	Test        string `json:"Test"`
-	FailedBuild string `json:"FailedBuild"`
-}
-
-// goVerdictID is a gotest id: the package's import path, a dot, the test's
-// name ("example.com/calc.TestAdd", "example.com/calc.TestMul/neg").
-func goVerdictID(pkg, test string) string { return pkg + "." + test }
-
-// goStream reads `go test -json` from the test command's stdout as it
-// comes: it holds at most one line, and a line of maxGoLine bytes or more
-// is skipped.
-type goStream struct {
-	mu       sync.Mutex
-	buf      []byte // the current line so far
-	long     bool   // the current line is too long: skipped
-	statuses map[string]string
-	failed   []string // packages that failed to build
-}
-
-const maxGoLine = 1 << 20
-
-func newGoStream() *goStream { return &goStream{statuses: map[string]string{}} }
-
-func (g *goStream) Write(p []byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := len(p)
-	for {
-		if len(g.buf) == 0 && !g.long {
-			p = bytes.TrimLeft(p, "\n") // blank lines, in one pass
-		}
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			g.add(p)
-			return n, nil
-		}
-		g.add(p[:i])
-		g.end()
-		p = p[i+1:]
-	}
-}
-
-func (g *goStream) add(b []byte) {
-	switch {
-	case g.long:
-	case len(g.buf)+len(b) >= maxGoLine:
-		g.long, g.buf = true, g.buf[:0]
-	default:
-		g.buf = append(g.buf, b...)
-	}
-}
-
-// end ends the current line.
-func (g *goStream) end() {
-	if !g.long && len(g.buf) > 0 {
-		g.line(g.buf)
-	}
-	g.buf, g.long = g.buf[:0], false
-}
-
-// close reads the last line, if it has no newline.
-func (g *goStream) close() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.end()
-}
-
-func (g *goStream) line(l []byte) {
-	var ev goEvent
-	// Every event is a JSON object: a flood of other lines costs no
-	// decoding.
-	if l = bytes.TrimLeft(l, " \t"); len(l) == 0 || l[0] != '{' || json.Unmarshal(l, &ev) != nil || ev.Package == "" {
-		return
-	}
-	s := map[string]string{"pass": testPassed, "fail": testFailed, "skip": testSkipped}[ev.Action]
-	switch {
-	case s == "":
-	case ev.Test != "":
-		id := goVerdictID(ev.Package, ev.Test)
-		if old, ok := g.statuses[id]; !ok || rank(s) > rank(old) {
-			g.statuses[id] = s
-		}
-	case ev.FailedBuild != "":
-		g.failed = append(g.failed, ev.Package+" [build failed]")
-	}
-}
-
-// goVerdict is why the verdict of a gotest run cannot be trusted ("" when
-// it can): a package that failed to build, or an exit status that
-// disagrees with the statuses of ids.
-func goVerdict(statuses map[string]string, failed []string, exit int, ids []string) string {
-	if len(failed) > 0 {
-		return fmt.Sprintf("untrusted verdict: %s (exit status %d)", strings.Join(failed[:min(len(failed), 3)], ", "), exit)
-	}
-	all := true
-	for _, id := range ids {
-		all = all && statuses[id] == testPassed
-	}
-	if all != (exit == 0) {
-		return fmt.Sprintf("untrusted verdict: exit status %d disagrees with the test events (every test passed: %v)", exit, all)
-	}
-	return ""
-}
-
-// rank orders statuses from best to worst.
-func rank(s string) int {
-	switch s {
-	case testPassed:
-		return 0
-	case testSkipped:
-		return 1
-	case testFailed:
-		return 2
-	}
-	return 3
 }

@@ -85,6 +85,30 @@ func (u *usage) forget(t Target) {
 	u.mu.Unlock()
 }
 
+// counted reports whether t's attempt has a count of stored bytes here.
+func (u *usage) counted(t Target) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, ok := u.stored[t.attempt()]
+	return ok
+}
+
+// seed starts the count of t's attempt's stored bytes at n (what the
+// store holds), unless it has one.
+func (u *usage) seed(t Target, n int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.stored == nil {
+		u.stored = map[Target]int64{}
+	}
+	if _, ok := u.stored[t.attempt()]; !ok {
+		if len(u.stored) >= 1<<16 {
+			clear(u.stored)
+		}
+		u.stored[t.attempt()] = n
+	}
+}
+
 // store counts n more stored bytes of t's attempt, or refuses the call
 // with a 413 when it would pass Config.StoredCallBytes or
 // StoredAttemptBytes.

@@ -107,6 +107,15 @@ func (p *Proxy) store(ctx context.Context, c *call, data []byte, lay *store.Call
 	// The one place a call is refused for what it would store.
 	b := p.sizes.Batch()
 	enc := b.Encode(c.target.RolloutID, c.target.AttemptID, evs[0])
+	// The attempt's count starts from what the store holds (a restart
+	// does not reset it), read once per attempt and process.
+	if sb, ok := p.st.(store.StoredBytes); ok && p.cfg.StoredAttemptBytes > 0 && !p.usage.counted(c.target) {
+		n, err := sb.StoredEventBytes(ctx, c.target.RolloutID, c.target.AttemptID, store.EventModelRequest)
+		if err != nil {
+			return &apiError{Status: http.StatusInternalServerError, Message: "record call: " + err.Error()}
+		}
+		p.usage.seed(c.target, n)
+	}
 	if aerr := p.usage.store(p.cfg, c.target, int64(len(enc.Data))); aerr != nil {
 		return aerr
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -125,6 +126,68 @@ func TestStoredBytesBounded(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStoredAttemptBytesAcrossRestart: the count of an attempt's stored
+// bytes (StoredAttemptBytes) starts from what the store holds, so a
+// gateway restarted in the middle of an attempt refuses the call that
+// would pass the bound, as the first process would have.
+func TestStoredAttemptBytesAcrossRestart(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	junk := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "abcdefghijklmnopqrstuvwxyz "[rng.IntN(27)]
+		}
+		return string(b)
+	}
+	cfg := proxy.Config{StoredCallBytes: 64 << 10, StoredAttemptBytes: 256 << 10}
+	e := newEnv(t, cfg, nil)
+	c := e.claim(t, store.ModeTrain)
+	call := func(srv *httptest.Server) (int, string) {
+		e.eng.Push(text("hello"))
+		status, _, out := post(t, http.MethodPost, base(srv, c)+"/v1/chat/completions", bearer(c.Key),
+			fmt.Sprintf(`{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"metadata":{"junk":%q}}`, junk(24<<10)))
+		return status, out
+	}
+	// Eight calls of 24 KiB of random metadata (about 15 KB stored each):
+	// under the bound of 256 KiB, about half of it.
+	for i := range 8 {
+		if status, out := call(e.srv); status != http.StatusOK {
+			t.Fatalf("call %d: %d %.300s", i, status, out)
+		}
+	}
+	held, err := e.st.StoredEventBytes(testCtx(t), c.Rollout.ID, c.Attempt.ID, store.EventModelRequest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gateway restarts: a new proxy over the same store.
+	srv := httptest.NewServer(proxy.New(cfg, e.st, proxy.NewTokenBackend(e.eng, e.tmpl, e.tmpl.Tokenizer(), 0)))
+	defer srv.Close()
+	n := 0
+	for ; ; n++ {
+		status, out := call(srv)
+		if status == http.StatusRequestEntityTooLarge {
+			if !strings.Contains(out, "attempt_too_large") {
+				t.Errorf("refused, but not for the attempt's bytes: %s", out)
+			}
+			break
+		}
+		if status != http.StatusOK {
+			t.Fatalf("call %d after the restart: %d %.300s", n, status, out)
+		}
+		if n > 20 {
+			t.Fatalf("%d calls after the restart, with %d bytes stored before it: the count restarted from 0", n, held)
+		}
+	}
+	after, err := e.st.StoredEventBytes(testCtx(t), c.Rollout.ID, c.Attempt.ID, store.EventModelRequest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d bytes stored before the restart, %d calls after it, %d bytes stored in all (bound %d)", held, n, after, cfg.StoredAttemptBytes)
+	if after > cfg.StoredAttemptBytes {
+		t.Errorf("the attempt stored %d bytes, past its bound of %d", after, cfg.StoredAttemptBytes)
 	}
 }
 

@@ -127,6 +127,16 @@ func (r Result) Limited() []string {
 	return l
 }
 
+// CopyOutput copies r to w up to n bytes, then writes the cut's marker
+// line ("[agl sandbox: STREAM truncated at N bytes]") and reads and drops
+// the rest; it returns the bytes read. It is how a command's output is
+// bounded, for a process outside the sandbox too.
+func CopyOutput(w io.Writer, r io.Reader, n int64, stream string) int64 {
+	var seen signs
+	total, _ := copyLimited(w, r, n, stream, &seen)
+	return total
+}
+
 // copyLimited copies r to w up to n bytes, then writes a marker and
 // drains the rest; it returns the bytes read and whether it cut. What it
 // passes on is scanned for blockedSigns.

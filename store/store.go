@@ -402,6 +402,16 @@ type EventRecorder interface {
 	RecordEvents(ctx context.Context, rolloutID, attemptID string, evs []NewEvent) error
 }
 
+// StoredBytes is implemented by stores that can tell how many bytes an
+// attempt's events of one type take in storage (their stored form, after
+// the compact encoding). The gateway's count of an attempt's stored bytes
+// (gateway.max_stored_attempt_bytes) starts from it, so that a restart
+// does not reset it. Events recorded (EventRecorder) and not yet applied
+// count.
+type StoredBytes interface {
+	StoredEventBytes(ctx context.Context, rolloutID, attemptID, eventType string) (int64, error)
+}
+
 // Sentinel errors; wrap them with context. The HTTP layer maps them to
 // status codes (404, 409, 403, 400).
 var (

@@ -50,3 +50,59 @@ if task.get("flood_stdout"):
 if task.get("sleep_s"):
     import time
     time.sleep(task["sleep_s"])
+# flood_door: open that many slow model requests (headers, then a body that
+# never comes) on the attempt's own route through the forwarder
+# (127.0.0.1:8642 in the sandbox), print what each got within 3 s
+# ("FLOOD" and a JSON count: "503 too_many_connections", "429
+# too_many_requests", "held" for no answer yet, …), then hold them
+# flood_hold_s seconds.
+if task.get("flood_door"):
+    import collections
+    import re
+    import resource
+    import selectors
+    import socket
+    import time
+    import urllib.parse
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    u = urllib.parse.urlparse(base)
+    head = (f"POST {u.path}/chat/completions HTTP/1.1\r\nHost: door\r\nAuthorization: Bearer {os.environ['OPENAI_API_KEY']}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{").encode()
+    got = collections.Counter()
+    socks = []
+    for _ in range(task["flood_door"]):
+        try:
+            s = socket.create_connection((u.hostname, u.port), timeout=5)
+            s.sendall(head)
+        except OSError as e:
+            got["connect: " + type(e).__name__] += 1
+            continue
+        s.setblocking(False)
+        socks.append(s)
+    sel = selectors.DefaultSelector()
+    data = {}
+    for s in socks:
+        sel.register(s, selectors.EVENT_READ)
+        data[s] = b""
+    deadline = time.time() + 3
+    while time.time() < deadline:
+        for key, _ in sel.select(timeout=max(0, deadline - time.time())):
+            try:
+                b = key.fileobj.recv(65536)
+            except OSError:
+                b = b""
+            data[key.fileobj] += b
+            if not b:
+                sel.unregister(key.fileobj)
+    for s, b in data.items():
+        status = re.match(rb"HTTP/1\.1 (\d+)", b)
+        code = re.search(rb'"code":\s*"(\w+)"', b)
+        if status is None:
+            got["held"] += 1
+        else:
+            got[status.group(1).decode() + " " + (code.group(1).decode() if code else "(no JSON error)")] += 1
+    print("FLOOD", json.dumps(got, sort_keys=True), flush=True)
+    time.sleep(task.get("flood_hold_s", 0))
+    for s in socks:
+        s.close()

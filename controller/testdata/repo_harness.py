@@ -26,4 +26,16 @@ if task.get("forge"):
                 print("FORGE", ev["type"], r.status)
         except urllib.error.HTTPError as e:
             print("FORGE", ev["type"], e.code)
+# flood_stdout: that many bytes more to stdout ("x"s, then "END\n"), then
+# a second's wait, so that the host's log file is seen whole.
+if task.get("flood_stdout"):
+    import time
+    chunk = b"x" * (1 << 20)
+    left = task["flood_stdout"]
+    while left > 0:
+        sys.stdout.buffer.write(chunk[:left])
+        left -= len(chunk)
+    sys.stdout.buffer.write(b"END\n")
+    sys.stdout.flush()
+    time.sleep(1)
 sys.exit(0)

@@ -225,6 +225,19 @@ func (s *Store) commitEvents(ctx context.Context, batch []*store.Append) error {
 	}))
 }
 
+// StoredEventBytes implements store.StoredBytes.
+func (s *Store) StoredEventBytes(ctx context.Context, rolloutID, attemptID, eventType string) (int64, error) {
+	var n int64
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT COALESCE(SUM(octet_length(data)), 0)::bigint FROM events WHERE rollout_id = $1 AND attempt_id = $2 AND type = $3`,
+			rolloutID, attemptID, eventType).Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres store: stored event bytes: %w", err)
+	}
+	return n, nil
+}
+
 // ListEvents returns a rollout's events in sequence order. A Limit <= 0
 // returns all of them.
 func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {

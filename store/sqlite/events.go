@@ -169,6 +169,22 @@ func (b baseSource) EventData(seq int64) ([]byte, error) {
 	return d, err
 }
 
+// StoredEventBytes implements store.StoredBytes.
+func (s *Store) StoredEventBytes(ctx context.Context, rolloutID, attemptID, eventType string) (int64, error) {
+	if s.journal != nil {
+		if err := s.journal.flush(ctx); err != nil {
+			return 0, err
+		}
+	}
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(SUM(length(CAST(data AS BLOB))), 0) FROM events WHERE rollout_id = ? AND attempt_id = ? AND type = ?`,
+		rolloutID, attemptID, eventType).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite store: stored event bytes: %w", err)
+	}
+	return n, nil
+}
+
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, f store.EventFilter) ([]store.Event, error) {
 	if s.journal != nil {

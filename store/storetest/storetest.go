@@ -55,6 +55,7 @@ func Run(t *testing.T, open Opener) {
 		{"AppendsRacingCompletion", testAppendsRacingCompletion},
 		{"BadAppendFailsAlone", testBadAppendFailsAlone},
 		{"RecordedEvents", testRecordedEvents},
+		{"StoredBytes", testStoredBytes},
 		{"RecordsRacingCompletion", testRecordsRacingCompletion},
 		{"LateWriter", testLateWriter},
 		{"ModelCallsReadBack", testModelCallsReadBack},
@@ -462,6 +463,52 @@ func testEvents(t *testing.T, s store.Store) {
 	wantErr(t, err, store.ErrNotFound)
 	if n := len(must(s.ListEvents(c, store.EventFilter{RolloutID: "r"}))); n != 3 {
 		t.Errorf("a refused batch stored something: %d events", n)
+	}
+}
+
+// testStoredBytes: StoredEventBytes counts the stored bytes of one
+// attempt's events of one type, recorded ones included before they are
+// applied, and nothing else.
+func testStoredBytes(t *testing.T, s store.Store) {
+	sb, ok := s.(store.StoredBytes)
+	if !ok {
+		t.Skip("the store does not tell its stored bytes")
+	}
+	c := ctx(t)
+	create(t, s, store.NewRollout{ID: "r"}, store.NewRollout{ID: "q"})
+	a, b := claim(t, s), claim(t, s)
+	stored := func(cl store.Claim) int64 {
+		t.Helper()
+		return must(sb.StoredEventBytes(c, cl.Rollout.ID, cl.Attempt.ID, store.EventModelRequest))
+	}
+	if n := stored(a); n != 0 {
+		t.Fatalf("%d bytes stored before any event", n)
+	}
+	call := func(i int) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"call":%d,"text":%q}`, i, strings.Repeat("some words of a long call ", 80)))
+	}
+	must(s.AppendEvents(c, a.Rollout.ID, a.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: call(1)}}))
+	one := stored(a)
+	if one <= 0 {
+		t.Fatalf("%d bytes stored after a call of %d", one, len(call(1)))
+	}
+	must(s.AppendEvents(c, a.Rollout.ID, a.Attempt.ID, []store.NewEvent{{Type: store.EventLog, Data: call(2)}}))
+	must(s.AppendEvents(c, b.Rollout.ID, b.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: call(3)}}))
+	if n := stored(a); n != one {
+		t.Errorf("%d bytes after a log event and another attempt's call, want %d", n, one)
+	}
+	if n := stored(b); n <= 0 {
+		t.Errorf("the other attempt: %d bytes", n)
+	}
+	if r, ok := s.(store.EventRecorder); ok {
+		if err := r.RecordEvents(c, a.Rollout.ID, a.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: call(4)}}); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		must(s.AppendEvents(c, a.Rollout.ID, a.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: call(4)}}))
+	}
+	if n := stored(a); n <= one {
+		t.Errorf("%d bytes after a second call, want more than %d", n, one)
 	}
 }
 
