@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/dashboard"
 	"github.com/aglrl/agl/gateway"
@@ -14,6 +15,7 @@ import (
 	"github.com/aglrl/agl/otlp"
 	"github.com/aglrl/agl/proxy"
 	"github.com/aglrl/agl/store"
+	"github.com/aglrl/agl/trainer"
 )
 
 // Options are what a command adds to the config.
@@ -25,6 +27,19 @@ type Options struct {
 	// their model_dir's weights even when the data dir holds an agl train
 	// checkpoint of them.
 	WarmStart bool
+	// Models, when set, are served instead of the config's engine or
+	// policies.
+	Models *Models
+}
+
+// Models are an LLM the caller built: an engine it runs itself, or a
+// scripted one in tests.
+type Models struct {
+	Backend proxy.Backend
+	// Format renders the dashboard's token view (nil: none).
+	Format chat.Format
+	// Policies are what agl train trains on the calls Backend answers.
+	Policies []trainer.TrainedPolicy
 }
 
 // Stack is one config's store, metrics, LLM and gateway with every mount.
@@ -72,9 +87,12 @@ func OpenGateway(ctx context.Context, c Config, o Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	if set != nil {
+	switch {
+	case o.Models != nil:
+		s.LLM = &LLM{Proxy: proxy.New(c.Proxy, s.Store, o.Models.Backend), Format: o.Models.Format}
+	case set != nil:
 		s.LLM, err = openPolicies(ctx, c, set, o.WarmStart, s.Store, s.log)
-	} else {
+	default:
 		s.LLM, err = OpenLLM(ctx, c, s.Store, s.log)
 	}
 	if err != nil {

@@ -54,6 +54,9 @@ type TrainOptions struct {
 	Listen string
 	// Stdout gets the run's report.
 	Stdout io.Writer
+	// Ready, when set, is called with the stack and the gateway's URL once
+	// it listens, before the controller and the trainer start.
+	Ready func(s *Stack, url string)
 }
 
 // trainListen is where agl train's gateway listens without --listen or
@@ -81,7 +84,7 @@ func Train(ctx context.Context, c Config, o TrainOptions) error {
 		if pset, err = CheckPolicies(c.Policies, ec, pc.Agents, tc.TrainAgents, true); err != nil {
 			return fmt.Errorf("train: config %s: %w", c.Path, err)
 		}
-	} else if ec.ModelDir == "" {
+	} else if ec.ModelDir == "" && o.Models == nil {
 		return fmt.Errorf("train: config has no engine.model_dir (the model to train) and no policies")
 	}
 	if len(hc.Command) == 0 {
@@ -128,9 +131,12 @@ func Train(ctx context.Context, c Config, o TrainOptions) error {
 	name := cmp.Or(ec.Name, "agl")
 	to := trainOpts{ec: ec, tc: tc, resume: o.Resume, ckpt: ckpt, live: tc.Mode == trainer.ModeAsync}
 	var sv *served
-	if pset == nil {
+	switch {
+	case o.Models != nil:
+		sv = &served{backend: o.Models.Backend, format: o.Models.Format, pols: o.Models.Policies}
+	case pset == nil:
 		sv, err = to.single(ctx, st, name, state.Version)
-	} else {
+	default:
 		sv, err = to.multi(ctx, st, pset, state)
 	}
 	s.LLM = &LLM{Format: sv.format, engines: sv.engines, tokenizers: sv.tokenizers}
@@ -175,6 +181,9 @@ func Train(ctx context.Context, c Config, o TrainOptions) error {
 	gwDone := make(chan error, 1)
 	go func() { gwDone <- s.Gateway.Serve(gctx, ln, c.Gateway.DrainTimeout, nil) }()
 	url := "http://" + ln.Addr().String()
+	if o.Ready != nil {
+		o.Ready(s, url)
+	}
 	cctx, stopController := context.WithCancel(ctx)
 	defer stopController()
 	ctlDone := make(chan error, 1)
