@@ -45,33 +45,31 @@ type Models struct {
 // Stack is one config's store, metrics, LLM and gateway with every mount.
 type Stack struct {
 	Config Config
-	// Store is the store every part writes through (its writes counted in
-	// Metrics).
+	// Store is the store every part writes through, its writes observed
+	// by Metrics.
 	Store   store.Store
 	Metrics *metrics.Metrics
 	// LLM serves the LLM routes; nil: none (they answer 404).
 	LLM     *LLM
 	Gateway *gateway.Server
-	raw     store.Store
 	shared  store.Shared // the store's, nil when it has none
 	log     *slog.Logger
 	version string
 }
 
-// openStack opens the store of c and the metrics counting its writes.
+// openStack opens the store of c, observed by the metrics: /metrics
+// counts the events, model calls, reaper passes and trainer steps stored.
 func openStack(ctx context.Context, c Config, o Options) (*Stack, error) {
 	log := cmp.Or(o.Logger, slog.Default())
-	raw, err := OpenStore(ctx, c.Config, log)
+	m := metrics.New(metrics.Options{Runtime: true, CallsFromEvents: true})
+	st, err := OpenStore(ctx, c.Config, log, m)
 	if err != nil {
 		return nil, err
 	}
-	// Every part gets the wrapped store, so that /metrics counts the model
-	// calls from the events the proxy appends (the wrapper keeps the
-	// store's event journal).
-	m := metrics.New(metrics.Options{Store: raw, Runtime: true, CallsFromEvents: true})
-	s := &Stack{Config: c, Store: m.WrapStore(raw), Metrics: m, raw: raw, log: log, version: o.Version}
+	m.CountRollouts(st)
+	s := &Stack{Config: c, Store: st, Metrics: m, log: log, version: o.Version}
 	// Replicas on one PostgreSQL share wake-ups and the pause state.
-	s.shared, _ = raw.(store.Shared)
+	s.shared, _ = st.(store.Shared)
 	return s, nil
 }
 
@@ -167,7 +165,7 @@ func (s *Stack) Close() error {
 	if s.LLM != nil {
 		s.LLM.Close()
 	}
-	return s.raw.Close()
+	return s.Store.Close()
 }
 
 // syncOnChanges re-reads the model registry when a replica commits a

@@ -13,15 +13,16 @@ import (
 	"github.com/aglrl/agl/store/sqlite"
 )
 
-// OpenStore opens the configured store backend for writing: a SQLite
-// store holds its data dir's lock until closed (one writer per data dir).
-func OpenStore(ctx context.Context, c config.Config, log *slog.Logger) (store.Store, error) {
+// OpenStore opens the configured store backend for writing, its writes
+// observed by obs (nil: none): a SQLite store holds its data dir's lock
+// until closed (one writer per data dir).
+func OpenStore(ctx context.Context, c config.Config, log *slog.Logger, obs store.Observer) (store.Store, error) {
 	if p, ok := c.StorePath(); ok {
-		return sqlite.Open(ctx, p, sqlite.Options{Synchronous: c.Store.Synchronous, Logger: log})
+		return sqlite.Open(ctx, p, sqlite.Options{Synchronous: c.Store.Synchronous, Logger: log, Observer: obs})
 	}
 	u := c.Store.URL
 	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
-		return postgres.Open(ctx, u)
+		return postgres.OpenOptions(ctx, u, postgres.Options{Observer: obs})
 	}
 	return nil, fmt.Errorf("store URL %q: want sqlite:PATH or postgres://…", RedactURL(u))
 }
@@ -34,7 +35,7 @@ func OpenStore(ctx context.Context, c config.Config, log *slog.Logger) (store.St
 func OpenReadStore(ctx context.Context, c config.Config, cmd string, stderr io.Writer, log *slog.Logger) (store.Store, error) {
 	p, ok := c.StorePath()
 	if !ok {
-		return OpenStore(ctx, c, log)
+		return OpenStore(ctx, c, log, nil)
 	}
 	st, err := sqlite.Open(ctx, p, sqlite.Options{ReadOnly: true})
 	if err != nil {

@@ -122,7 +122,7 @@ trainer:
 	if bad := []string{"--credit", "perCall"}; run(ctx, append([]string{"export", "--data-dir", filepath.Join(dir, "run")}, bad...), &exp, &rep) == nil {
 		t.Errorf("export accepted --credit perCall")
 	}
-	st, err := app.OpenStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")}, nil)
+	st, err := app.OpenStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

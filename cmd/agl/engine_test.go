@@ -86,7 +86,7 @@ func TestEngineOverLimitPromptAPIError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := app.OpenStore(ctx, c.Config, nil)
+	st, err := app.OpenStore(ctx, c.Config, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

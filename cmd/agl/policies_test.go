@@ -283,7 +283,7 @@ trainer:
 	// Events: each call is answered by its agent's policy; the trained
 	// ones by the version their step started from; the frozen checker by
 	// v1, identically for its fixed prompt in every rollout.
-	st, err := app.OpenStore(ctx, config.Config{DataDir: run}, nil)
+	st, err := app.OpenStore(ctx, config.Config{DataDir: run}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ trainer: {tasks: tasks.jsonl, steps: 2, tasks_per_step: 2, group_size: 4, lr: 0.
 // seed.
 func trainCalls(t *testing.T, ctx context.Context, dataDir string) map[string]string {
 	t.Helper()
-	st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil)
+	st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

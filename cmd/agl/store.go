@@ -102,7 +102,7 @@ func runPrune(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Wr
 	if err != nil {
 		return fmt.Errorf("store prune: %w", err)
 	}
-	st, err := app.OpenStore(ctx, c.Config, newLogger())
+	st, err := app.OpenStore(ctx, c.Config, newLogger(), nil)
 	if err != nil {
 		return fmt.Errorf("store prune: %w", err)
 	}

@@ -100,7 +100,7 @@ trainer:
 			t.Errorf("missing %s: %v", f, err)
 		}
 	}
-	st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil)
+	st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ trainer: {mode: async, max_staleness: %d, tasks: tasks.jsonl, steps: %d, tasks_p
 		}
 	}
 
-	st, err = app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil)
+	st, err = app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func openStoreAfterKill(t *testing.T, ctx context.Context, dataDir string) (stor
 	deadline := time.Now().Add(10 * time.Second)
 	logged := false
 	for {
-		st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil)
+		st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 		if err == nil || !errors.Is(err, sqlite.ErrLocked) || time.Now().After(deadline) {
 			return st, err
 		}

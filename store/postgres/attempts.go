@@ -333,8 +333,8 @@ func (s *Store) AttemptByKey(ctx context.Context, rolloutID, attemptID, key stri
 	return a, nil
 }
 
-// Reap ends attempts that stopped heart-beating or ran past their timeout.
-func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
+// reap is Reap without telling the Observer.
+func (s *Store) reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
 	var res store.ReapResult
 	if err := s.check(); err != nil {
 		return res, err

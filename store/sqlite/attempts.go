@@ -282,8 +282,8 @@ func (s *Store) Workers(ctx context.Context, since time.Time) ([]store.Worker, e
 	return store.SortWorkers(byID), nil
 }
 
-// Reap implements store.Store.
-func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
+// reap is Reap without telling the Observer.
+func (s *Store) reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
 	var res store.ReapResult
 	err := s.endingTx(ctx, func(tx wtx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE status = 'running'`)
