@@ -32,7 +32,7 @@
 //
 // The reward comes from Config.RewardSource:
 //
-//   - harness: a non-empty reward file (a JSON number or an api.Reward
+//   - harness: a non-empty reward file (a JSON number or an store.Reward
 //     object) is appended as a reward event with source "reward_file",
 //     which outranks the reward events the harness posted to
 //     AGL_EVENTS_URL; without one, the newest final reward event counts.
@@ -41,7 +41,7 @@
 //     AGL_EXIT_CODE, and its stdout (or its last line) is parsed like the
 //     reward file and appended with source "evaluator", which outranks
 //     every reward the harness sent, final or per call, whenever it
-//     arrived (api.Reward.Rank). A non-empty reward file is kept as a
+//     arrived (store.Reward.Rank). A non-empty reward file is kept as a
 //     "harness_reward" event, a diagnostic.
 //   - both: the harness's final reward (file, else an event without
 //     call_id) when it sent one; else the evaluator's.
@@ -429,7 +429,7 @@ func (c *runner) harnessEnded(a *attempt, pid int) {
 }
 
 // revoke kills the attempt's scoped key at the gateway. A failure is
-// logged: the reward ranks (api.Reward.Rank) still keep an evaluator's
+// logged: the reward ranks (store.Reward.Rank) still keep an evaluator's
 // reward authoritative.
 func (c *runner) revoke(a *attempt) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -608,7 +608,7 @@ const EventHarnessReward = "harness_reward"
 
 // reward records the attempt's reward from the configured source (see
 // RewardSource). Every reward the controller appends carries its source
-// (api.SourceRewardFile, api.SourceEvaluator), which ranks it above what
+// (store.SourceRewardFile, store.SourceEvaluator), which ranks it above what
 // the harness posted, whenever that arrived.
 func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 	b, err := os.ReadFile(filepath.Join(a.dir, "reward"))
@@ -625,7 +625,7 @@ func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 		return c.evaluatorReward(ctx, a, code)
 	}
 	if len(b) > 0 {
-		data, err := rewardData(b, api.SourceRewardFile)
+		data, err := rewardData(b, store.SourceRewardFile)
 		if err != nil {
 			return fmt.Errorf("reward file: %w", err)
 		}
@@ -640,10 +640,12 @@ func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 	if err != nil {
 		return fmt.Errorf("controller: list reward events: %w", err)
 	}
-	for _, e := range evs {
-		if r, err := api.ParseReward(e.Data); err == nil && r.CallID == "" {
-			return nil // the harness reported its own reward
-		}
+	datas := make([]json.RawMessage, len(evs))
+	for i, e := range evs {
+		datas[i] = e.Data
+	}
+	if store.ResolveRewards(datas, store.Reward.PrimaryValue).Final >= 0 {
+		return nil // the harness reported its own reward
 	}
 	return c.evaluatorReward(ctx, a, code)
 }
@@ -670,10 +672,10 @@ func (c *runner) evaluatorReward(ctx context.Context, a *attempt, code int) erro
 	if err != nil {
 		return err
 	}
-	data, err := rewardData(out, api.SourceEvaluator)
+	data, err := rewardData(out, store.SourceEvaluator)
 	if err != nil {
 		// Accept a chatty evaluator whose last line is the reward.
-		if data, err = rewardData([]byte(lastLine(string(out))), api.SourceEvaluator); err != nil {
+		if data, err = rewardData([]byte(lastLine(string(out))), store.SourceEvaluator); err != nil {
 			return fmt.Errorf("evaluator output %q: %w", truncate(string(out), 200), err)
 		}
 	}
@@ -722,11 +724,11 @@ func (c *runner) evaluate(ctx context.Context, a *attempt, code int) ([]byte, er
 	return bytes.TrimSpace(out.Bytes()), nil
 }
 
-// rewardData validates a reward (a JSON number or an api.Reward object) and
+// rewardData validates a reward (a JSON number or an store.Reward object) and
 // returns it as reward event data stamped with source.
 func rewardData(b []byte, source string) (json.RawMessage, error) {
 	b = bytes.TrimSpace(b)
-	if _, err := api.ParseReward(b); err != nil {
+	if _, err := store.ParseReward(b); err != nil {
 		return nil, err
 	}
 	obj := map[string]json.RawMessage{}

@@ -434,7 +434,7 @@ func (c *runner) testsReward(ctx context.Context, a *attempt) error {
 	if err != nil {
 		return err
 	}
-	reward, _ := json.Marshal(map[string]any{"value": d.Reward, "source": api.SourceEvaluator})
+	reward, _ := json.Marshal(map[string]any{"value": d.Reward, "source": store.SourceEvaluator})
 	return c.append(ctx, a, store.NewEvent{Type: EventTests, Data: b}, store.NewEvent{Type: store.EventReward, Data: reward})
 }
 

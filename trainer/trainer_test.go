@@ -244,7 +244,7 @@ func (c *fakeController) play(ctx context.Context, t *testing.T, cl store.Claim)
 	if c.reward != nil {
 		value = c.reward(id)
 	}
-	rw, _ := json.Marshal(api.Reward{Value: &value})
+	rw, _ := json.Marshal(store.Reward{Value: &value})
 	if _, err := c.st.AppendEvents(ctx, id, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: mc}, {Type: store.EventReward, Data: rw}}); err != nil {
 		if ctx.Err() == nil {
 			t.Errorf("append %s: %v", id, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -238,7 +237,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 		b.Queue(`UPDATE attempts SET status = $3, ended_at = $4, error = $5
 			WHERE rollout_id = $1 AND id = $2 AND status = 'running'`, rolloutID, attemptID, string(status), t, errMsg)
 		b.Queue(`SELECT data FROM events WHERE rollout_id = $1 AND attempt_id = $2
-			AND type = 'reward' ORDER BY seq DESC`, rolloutID, attemptID)
+			AND type = 'reward' ORDER BY seq`, rolloutID, attemptID)
 		br := tx.SendBatch(ctx, b)
 		r, lockErr := scanLock(br.QueryRow(), rolloutID, attemptID)
 		if _, err := br.Exec(); err != nil {
@@ -262,7 +261,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 			return lockErr
 		}
 		rw := &rewardSet{}
-		if v, d, ok := api.RewardSummary(datas); ok {
+		if v, d, ok := store.RewardSummary(datas); ok {
 			rw.value, rw.data = &v, []byte(d)
 		}
 		next, msg := store.AttemptOutcome(r, status, errMsg)
