@@ -233,11 +233,8 @@ func (c Config) defaults() (Config, error) {
 	return c.repoDefaults()
 }
 
-// Stopped is the error of an attempt failed because its controller stopped.
-const Stopped = "controller stopped"
-
 // Run claims and runs rollouts until ctx ends. On cancellation it kills the
-// running harnesses, fails their attempts (Stopped, so that they are
+// running harnesses, fails their attempts (store.AttemptStopped, so that they are
 // requeued at once) and returns nil. It returns an error only for a
 // configuration the gateway refuses (bad URL, wrong admin key).
 func Run(ctx context.Context, cfg Config) error {
@@ -414,7 +411,7 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		c.reap(pid, exited)
 		c.sweep(a)
 		c.appendLogs(context.Background(), a)
-		c.complete(a, store.AttemptFailed, Stopped)
+		c.complete(a, store.AttemptFailed, store.AttemptStopped)
 	}
 }
 

@@ -56,6 +56,11 @@ const (
 	AttemptUnresponsive AttemptStatus = "unresponsive"
 )
 
+// AttemptStopped is the error of an attempt failed because its controller
+// stopped: the harness was cut off, not judged, so the trainer runs the
+// rollout again rather than train on it as a failure.
+const AttemptStopped = "controller stopped"
+
 // Valid reports whether s is a known attempt status.
 func (s AttemptStatus) Valid() bool {
 	switch s {
