@@ -144,28 +144,6 @@ const DefaultMaxStoredCallBytes = 8 << 20
 // DefaultMaxAbsReward is the default bound on |reward| at the door.
 const DefaultMaxAbsReward = 1e6
 
-// GatewayOwned reports whether only the gateway itself writes events of
-// type t (model calls it served, spans it took in by OTLP): a scoped
-// attempt key may not append them on any route.
-func GatewayOwned(t string) bool {
-	return t == store.EventModelRequest || t == store.EventSpan
-}
-
-// Event types the controller appends (with the admin key) for repository
-// tasks: the test-based evaluation and what the sandbox saw.
-const (
-	EventTests   = "tests"
-	EventSandbox = "sandbox"
-)
-
-// ControllerOwned reports whether only the controller writes events of
-// type t (a repository task's test results and sandbox diagnostics): a
-// scoped attempt key may not append them, so that a harness cannot forge
-// a test result.
-func ControllerOwned(t string) bool {
-	return t == EventTests || t == EventSandbox
-}
-
 // FieldError is an appended event refused at the door: Status is 403 for a
 // type or field the caller may not write, 400 for a bad value; Field names
 // it ("events[0].data.value").
@@ -192,9 +170,9 @@ func CheckEvents(evs []store.NewEvent, harness bool, maxAbs float64) *FieldError
 		switch {
 		case e.Type == "":
 			return &FieldError{http.StatusBadRequest, field + ".type", "event type is required"}
-		case harness && GatewayOwned(e.Type):
+		case harness && store.GatewayOwned(e.Type):
 			return &FieldError{http.StatusForbidden, field + ".type", e.Type + " events are recorded by the gateway, not posted by harnesses"}
-		case harness && ControllerOwned(e.Type):
+		case harness && store.ControllerOwned(e.Type):
 			return &FieldError{http.StatusForbidden, field + ".type", e.Type + " events are recorded by the controller, not posted by harnesses"}
 		case e.Type == store.EventReward:
 			if fe := checkReward(e.Data, harness, maxAbs); fe != nil {

@@ -598,11 +598,6 @@ func (c *runner) finish(ctx context.Context, a *attempt, werr error) {
 	c.complete(a, store.AttemptSucceeded, "")
 }
 
-// EventHarnessReward is the type of the diagnostic event that keeps a
-// reward file the evaluator's authority overrode:
-// {"text": the file (redacted, bounded), "bytes": its size}.
-const EventHarnessReward = "harness_reward"
-
 // reward records the attempt's reward from the configured source (see
 // RewardSource). Every reward the controller appends carries its source
 // (store.SourceRewardFile, store.SourceEvaluator), which ranks it above what
@@ -658,7 +653,7 @@ func (c *runner) keepHarnessReward(ctx context.Context, a *attempt, b []byte) {
 		Text  string `json:"text"`
 		Bytes int    `json:"bytes"`
 	}{text, len(b)})
-	if err := c.append(ctx, a, store.NewEvent{Type: EventHarnessReward, Data: d}); err != nil {
+	if err := c.append(ctx, a, store.NewEvent{Type: store.EventHarnessReward, Data: d}); err != nil {
 		a.log.Warn("controller: record the harness's reward file", "err", err)
 	}
 }
