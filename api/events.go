@@ -137,136 +137,12 @@ type Usage struct {
 	CompletionTokens int `json:"completion_tokens"`
 }
 
-// Reward is the data of a "reward" event. Either Value is set, or Values
-// holds several named dimensions of which Primary is the one trained on.
-// CallID, when set, makes it an intermediate reward for that call.
-type Reward struct {
-	Value   *float64           `json:"value,omitempty"`
-	Values  map[string]float64 `json:"values,omitempty"`
-	Primary string             `json:"primary,omitempty"`
-	CallID  string             `json:"call_id,omitempty"`
-	// Source is set by the controller on the rewards it appends
-	// (SourceEvaluator, SourceRewardFile); empty for a reward the harness
-	// posted. See Rank.
-	Source string `json:"source,omitempty"`
-}
-
-// PrimaryValue returns the reward trained on.
-func (r Reward) PrimaryValue() (float64, error) {
-	var v float64
-	switch {
-	case r.Value != nil:
-		v = *r.Value
-	case len(r.Values) > 0:
-		key := r.Primary
-		if key == "" && len(r.Values) == 1 {
-			for k := range r.Values {
-				key = k
-			}
-		}
-		x, ok := r.Values[key]
-		if !ok {
-			return 0, fmt.Errorf("reward: primary %q not among values", r.Primary)
-		}
-		v = x
-	default:
-		return 0, fmt.Errorf("reward: neither value nor values given")
-	}
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("reward: value %v is not finite", v)
-	}
-	return v, nil
-}
-
-// ParseReward decodes a reward event's data. A bare JSON number is accepted
-// as {"value": n}.
-func ParseReward(data json.RawMessage) (Reward, error) {
-	var n float64
-	if err := json.Unmarshal(data, &n); err == nil {
-		return Reward{Value: &n}, nil
-	}
-	var r Reward
-	if err := json.Unmarshal(data, &r); err != nil {
-		return Reward{}, fmt.Errorf("reward: %w", err)
-	}
-	if _, err := r.PrimaryValue(); err != nil {
-		return Reward{}, err
-	}
-	return r, nil
-}
-
-// RewardSummary picks the reward that summarises an attempt from the data of
-// its reward events, newest first: of the final (not per-call) rewards that
-// parse, the newest of the highest Rank — an evaluator's reward whatever
-// the harness posted after it, else the reward file's, else the newest the
-// harness posted. ok is false when there is none.
-func RewardSummary(newestFirst []json.RawMessage) (value float64, data json.RawMessage, ok bool) {
-	rank := -1
-	for _, d := range newestFirst {
-		r, err := ParseReward(d)
-		if err != nil || r.CallID != "" || r.Rank() <= rank {
-			continue
-		}
-		v, err := r.PrimaryValue()
-		if err == nil {
-			value, data, ok, rank = v, d, true, r.Rank()
-		}
-	}
-	return value, data, ok
-}
-
-// Reward sources the controller stamps on the rewards it appends
-// (Reward.Source). A harness never sets one: the gateway refuses a reward
-// with a source from a scoped attempt key.
-const (
-	// SourceEvaluator marks the evaluator's reward: it outranks every
-	// reward the harness sent, final or per call, whenever they arrived.
-	SourceEvaluator = "evaluator"
-	// SourceRewardFile marks the harness's reward file: it outranks the
-	// reward events the harness posted.
-	SourceRewardFile = "reward_file"
-)
-
-// Rank orders rewards by who stands behind them: the evaluator (2), the
-// reward file as the controller read it (1), an event the harness posted (0).
-func (r Reward) Rank() int {
-	switch r.Source {
-	case SourceEvaluator:
-		return 2
-	case SourceRewardFile:
-		return 1
-	}
-	return 0
-}
-
 // DefaultMaxStoredCallBytes is the default bound on what one model call
 // (or one event posted on /al) may store (gateway.max_stored_call_bytes).
 const DefaultMaxStoredCallBytes = 8 << 20
 
 // DefaultMaxAbsReward is the default bound on |reward| at the door.
 const DefaultMaxAbsReward = 1e6
-
-// GatewayOwned reports whether only the gateway itself writes events of
-// type t (model calls it served, spans it took in by OTLP): a scoped
-// attempt key may not append them on any route.
-func GatewayOwned(t string) bool {
-	return t == store.EventModelRequest || t == store.EventSpan
-}
-
-// Event types the controller appends (with the admin key) for repository
-// tasks: the test-based evaluation and what the sandbox saw.
-const (
-	EventTests   = "tests"
-	EventSandbox = "sandbox"
-)
-
-// ControllerOwned reports whether only the controller writes events of
-// type t (a repository task's test results and sandbox diagnostics): a
-// scoped attempt key may not append them, so that a harness cannot forge
-// a test result.
-func ControllerOwned(t string) bool {
-	return t == EventTests || t == EventSandbox
-}
 
 // FieldError is an appended event refused at the door: Status is 403 for a
 // type or field the caller may not write, 400 for a bad value; Field names
@@ -294,9 +170,9 @@ func CheckEvents(evs []store.NewEvent, harness bool, maxAbs float64) *FieldError
 		switch {
 		case e.Type == "":
 			return &FieldError{http.StatusBadRequest, field + ".type", "event type is required"}
-		case harness && GatewayOwned(e.Type):
+		case harness && store.GatewayOwned(e.Type):
 			return &FieldError{http.StatusForbidden, field + ".type", e.Type + " events are recorded by the gateway, not posted by harnesses"}
-		case harness && ControllerOwned(e.Type):
+		case harness && store.ControllerOwned(e.Type):
 			return &FieldError{http.StatusForbidden, field + ".type", e.Type + " events are recorded by the controller, not posted by harnesses"}
 		case e.Type == store.EventReward:
 			if fe := checkReward(e.Data, harness, maxAbs); fe != nil {

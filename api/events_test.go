@@ -61,7 +61,7 @@ func TestCheckEvents(t *testing.T) {
 			// Whatever the door accepts, the parser reads.
 			for _, e := range tc.evs {
 				if fe == nil && e.Type == store.EventReward {
-					if _, err := ParseReward(e.Data); err != nil {
+					if _, err := store.ParseReward(e.Data); err != nil {
 						t.Fatalf("accepted reward %s does not parse: %v", e.Data, err)
 					}
 				}
@@ -70,31 +70,5 @@ func TestCheckEvents(t *testing.T) {
 	}
 	if fe := CheckEvents([]store.NewEvent{ev("reward", "5")}, true, 4); fe == nil || fe.Field != "events[0].data" {
 		t.Errorf("configured bound 4 let 5 through: %v", fe)
-	}
-}
-
-func TestRewardSummaryRank(t *testing.T) {
-	cases := []struct {
-		name        string
-		newestFirst []string
-		want        float64
-		ok          bool
-	}{
-		{"newest harness reward", []string{`1`, `{"value":0}`}, 1, true},
-		{"evaluator outranks a later harness reward", []string{`{"value":1}`, `{"value":0,"source":"evaluator"}`, `{"value":1}`}, 0, true},
-		{"reward file outranks a later event", []string{`{"value":1}`, `{"value":0.5,"source":"reward_file"}`}, 0.5, true},
-		{"evaluator outranks the reward file", []string{`{"value":0.5,"source":"reward_file"}`, `{"value":0,"source":"evaluator"}`}, 0, true},
-		{"newest evaluator reward", []string{`{"value":0.25,"source":"evaluator"}`, `{"value":0,"source":"evaluator"}`}, 0.25, true},
-		{"per-call rewards are not final", []string{`{"value":1,"call_id":"c"}`}, 0, false},
-	}
-	for _, tc := range cases {
-		var ds []json.RawMessage
-		for _, d := range tc.newestFirst {
-			ds = append(ds, json.RawMessage(d))
-		}
-		v, _, ok := RewardSummary(ds)
-		if v != tc.want || ok != tc.ok {
-			t.Errorf("%s: %v %v, want %v %v", tc.name, v, ok, tc.want, tc.ok)
-		}
 	}
 }

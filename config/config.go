@@ -38,7 +38,8 @@ type Store struct {
 
 // Gateway configures the HTTP server.
 type Gateway struct {
-	// Listen is host:port (default 127.0.0.1:8080).
+	// Listen is host:port (default DefaultListen; agl train: a free
+	// loopback port).
 	Listen string `yaml:"listen"`
 	// AdminKey guards the API; without one the gateway binds loopback only.
 	AdminKey     string        `yaml:"admin_key"`
@@ -68,11 +69,14 @@ type Gateway struct {
 	MaxConnsPerIP     int           `yaml:"max_conns_per_ip"`    // default 1024
 }
 
+// DefaultListen is where agl gateway listens without gateway.listen.
+const DefaultListen = "127.0.0.1:8080"
+
 // Default returns the built-in configuration.
 func Default() Config {
 	return Config{
 		DataDir: ".agl",
-		Gateway: Gateway{Listen: "127.0.0.1:8080", MaxBodyBytes: 32 << 20, ReapInterval: 2 * time.Second, DrainTimeout: 30 * time.Second},
+		Gateway: Gateway{MaxBodyBytes: 32 << 20, ReapInterval: 2 * time.Second, DrainTimeout: 30 * time.Second},
 	}
 }
 

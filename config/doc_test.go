@@ -15,10 +15,10 @@ import (
 )
 
 // TestConfigKeysDocumented checks docs/reference/config.md's table against
-// the config types outside package main, both ways: every key they decode
+// the config types outside package app, both ways: every key they decode
 // is documented, and every documented key of their sections is decoded.
 // The engine and policies sections and controller.kubernetes (types that
-// only cmd/agl imports) are checked in cmd/agl's TestConfigKeysDocumented.
+// only package app imports) are checked in app's TestConfigKeysDocumented.
 func TestConfigKeysDocumented(t *testing.T) {
 	sections := []struct {
 		name string // "" for the top level of the file

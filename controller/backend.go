@@ -35,7 +35,7 @@ type Backend interface {
 	// RunAttempt runs one attempt until it has ended (Attempt.Finish) or
 	// has been lost (Attempt.Heartbeat returned ErrLost). ctx ends when
 	// the controller stops: the backend then stops the harness and
-	// finishes the attempt with Result{Failure: Stopped}.
+	// finishes the attempt with Result{Failure: store.AttemptStopped}.
 	RunAttempt(ctx context.Context, at *Attempt)
 }
 

@@ -72,7 +72,7 @@ func TestCLIsInsideSandbox(t *testing.T) {
 			}
 			if r.Reward == nil || *r.Reward != c.want {
 				var te testsEvent
-				e.one(t, rid, controller.EventTests, &te)
+				e.one(t, rid, store.EventTests, &te)
 				t.Errorf("reward %s, want %g (tests: %s)\nstdout:\n%s\nstderr:\n%s", fmtPtr(r.Reward), c.want, te.Reason, out, errs)
 			}
 			// The CLI ran the model's command in the workspace.

@@ -32,7 +32,7 @@
 //
 // The reward comes from Config.RewardSource:
 //
-//   - harness: a non-empty reward file (a JSON number or an api.Reward
+//   - harness: a non-empty reward file (a JSON number or an store.Reward
 //     object) is appended as a reward event with source "reward_file",
 //     which outranks the reward events the harness posted to
 //     AGL_EVENTS_URL; without one, the newest final reward event counts.
@@ -41,7 +41,7 @@
 //     AGL_EXIT_CODE, and its stdout (or its last line) is parsed like the
 //     reward file and appended with source "evaluator", which outranks
 //     every reward the harness sent, final or per call, whenever it
-//     arrived (api.Reward.Rank). A non-empty reward file is kept as a
+//     arrived (store.Reward.Rank). A non-empty reward file is kept as a
 //     "harness_reward" event, a diagnostic.
 //   - both: the harness's final reward (file, else an event without
 //     call_id) when it sent one; else the evaluator's.
@@ -233,11 +233,8 @@ func (c Config) defaults() (Config, error) {
 	return c.repoDefaults()
 }
 
-// Stopped is the error of an attempt failed because its controller stopped.
-const Stopped = "controller stopped"
-
 // Run claims and runs rollouts until ctx ends. On cancellation it kills the
-// running harnesses, fails their attempts (Stopped, so that they are
+// running harnesses, fails their attempts (store.AttemptStopped, so that they are
 // requeued at once) and returns nil. It returns an error only for a
 // configuration the gateway refuses (bad URL, wrong admin key).
 func Run(ctx context.Context, cfg Config) error {
@@ -429,7 +426,7 @@ func (c *runner) runAttempt(parent context.Context, claim store.Claim) {
 		c.reap(pid, exited)
 		c.sweep(a)
 		c.appendLogs(context.Background(), a)
-		c.complete(a, store.AttemptFailed, Stopped)
+		c.complete(a, store.AttemptFailed, store.AttemptStopped)
 	}
 }
 
@@ -444,7 +441,7 @@ func (c *runner) harnessEnded(a *attempt, pid int) {
 }
 
 // revoke kills the attempt's scoped key at the gateway. A failure is
-// logged: the reward ranks (api.Reward.Rank) still keep an evaluator's
+// logged: the reward ranks (store.Reward.Rank) still keep an evaluator's
 // reward authoritative.
 func (c *runner) revoke(a *attempt) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -616,14 +613,9 @@ func (c *runner) finish(ctx context.Context, a *attempt, werr error) {
 	c.complete(a, store.AttemptSucceeded, "")
 }
 
-// EventHarnessReward is the type of the diagnostic event that keeps a
-// reward file the evaluator's authority overrode:
-// {"text": the file (redacted, bounded), "bytes": its size}.
-const EventHarnessReward = "harness_reward"
-
 // reward records the attempt's reward from the configured source (see
 // RewardSource). Every reward the controller appends carries its source
-// (api.SourceRewardFile, api.SourceEvaluator), which ranks it above what
+// (store.SourceRewardFile, store.SourceEvaluator), which ranks it above what
 // the harness posted, whenever that arrived.
 func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 	b, err := os.ReadFile(filepath.Join(a.dir, "reward"))
@@ -640,7 +632,7 @@ func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 		return c.evaluatorReward(ctx, a, code)
 	}
 	if len(b) > 0 {
-		data, err := rewardData(b, api.SourceRewardFile)
+		data, err := rewardData(b, store.SourceRewardFile)
 		if err != nil {
 			return fmt.Errorf("reward file: %w", err)
 		}
@@ -655,10 +647,12 @@ func (c *runner) reward(ctx context.Context, a *attempt, code int) error {
 	if err != nil {
 		return fmt.Errorf("controller: list reward events: %w", err)
 	}
-	for _, e := range evs {
-		if r, err := api.ParseReward(e.Data); err == nil && r.CallID == "" {
-			return nil // the harness reported its own reward
-		}
+	datas := make([]json.RawMessage, len(evs))
+	for i, e := range evs {
+		datas[i] = e.Data
+	}
+	if store.ResolveRewards(datas, store.Reward.PrimaryValue).Final >= 0 {
+		return nil // the harness reported its own reward
 	}
 	return c.evaluatorReward(ctx, a, code)
 }
@@ -674,7 +668,7 @@ func (c *runner) keepHarnessReward(ctx context.Context, a *attempt, b []byte) {
 		Text  string `json:"text"`
 		Bytes int    `json:"bytes"`
 	}{text, len(b)})
-	if err := c.append(ctx, a, store.NewEvent{Type: EventHarnessReward, Data: d}); err != nil {
+	if err := c.append(ctx, a, store.NewEvent{Type: store.EventHarnessReward, Data: d}); err != nil {
 		a.log.Warn("controller: record the harness's reward file", "err", err)
 	}
 }
@@ -685,10 +679,10 @@ func (c *runner) evaluatorReward(ctx context.Context, a *attempt, code int) erro
 	if err != nil {
 		return err
 	}
-	data, err := rewardData(out, api.SourceEvaluator)
+	data, err := rewardData(out, store.SourceEvaluator)
 	if err != nil {
 		// Accept a chatty evaluator whose last line is the reward.
-		if data, err = rewardData([]byte(lastLine(string(out))), api.SourceEvaluator); err != nil {
+		if data, err = rewardData([]byte(lastLine(string(out))), store.SourceEvaluator); err != nil {
 			return fmt.Errorf("evaluator output %q: %w", truncate(string(out), 200), err)
 		}
 	}
@@ -737,11 +731,11 @@ func (c *runner) evaluate(ctx context.Context, a *attempt, code int) ([]byte, er
 	return bytes.TrimSpace(out.Bytes()), nil
 }
 
-// rewardData validates a reward (a JSON number or an api.Reward object) and
+// rewardData validates a reward (a JSON number or an store.Reward object) and
 // returns it as reward event data stamped with source.
 func rewardData(b []byte, source string) (json.RawMessage, error) {
 	b = bytes.TrimSpace(b)
-	if _, err := api.ParseReward(b); err != nil {
+	if _, err := store.ParseReward(b); err != nil {
 		return nil, err
 	}
 	obj := map[string]json.RawMessage{}

@@ -144,7 +144,7 @@ func TestDoorFlood(t *testing.T) {
 		t.Fatalf("attacker rollout %s (%s) in %d attempts, want succeeded in 1 (heartbeats kept it alive)", a.Status, a.Error, len(a.Attempts))
 	}
 	var se sandboxEvent
-	if e.one(t, attacker, controller.EventSandbox, &se) {
+	if e.one(t, attacker, store.EventSandbox, &se) {
 		if se.DoorRefusedConns < flood-doorConns || se.DoorRefusedRequests == 0 {
 			t.Errorf("sandbox event: door refused %d connections and %d requests, want at least %d and 1", se.DoorRefusedConns, se.DoorRefusedRequests, flood-doorConns)
 		}
@@ -263,7 +263,7 @@ func TestDoorFloodForwarded(t *testing.T) {
 		t.Fatalf("attacker rollout %s (%s) in %d attempts, want succeeded in 1 (heartbeats kept it alive)", a.Status, a.Error, len(a.Attempts))
 	}
 	var se sandboxEvent
-	if e.one(t, attacker, controller.EventSandbox, &se) {
+	if e.one(t, attacker, store.EventSandbox, &se) {
 		if se.DoorRefusedConns < flood-doorConns || se.DoorRefusedRequests == 0 {
 			t.Errorf("sandbox event: door refused %d connections and %d requests, want at least %d and 1", se.DoorRefusedConns, se.DoorRefusedRequests, flood-doorConns)
 		}

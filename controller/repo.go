@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/sandbox"
 	"github.com/aglrl/agl/store"
 )
@@ -164,15 +163,6 @@ type TestsConfig struct {
 	CopyTimeout  time.Duration `yaml:"copy_timeout"`
 	CopyMaxFiles int           `yaml:"copy_max_files"`
 }
-
-// Event types the controller appends for repository tasks; a scoped key
-// cannot append them (api.ControllerOwned).
-const (
-	// EventTests holds the test-based evaluation (testsData).
-	EventTests = api.EventTests
-	// EventSandbox holds what the sandbox saw (sandboxData).
-	EventSandbox = api.EventSandbox
-)
 
 // repoAttempt is the repository side of one attempt.
 type repoAttempt struct {
@@ -424,7 +414,7 @@ func (c *runner) recordSandbox(ctx context.Context, a *attempt) {
 		}
 	}
 	b, _ := json.Marshal(d)
-	if err := c.append(ctx, a, store.NewEvent{Type: EventSandbox, Data: b}); err != nil {
+	if err := c.append(ctx, a, store.NewEvent{Type: store.EventSandbox, Data: b}); err != nil {
 		a.log.Warn("controller: append the sandbox event", "err", err)
 	}
 }
@@ -442,8 +432,8 @@ func (c *runner) testsReward(ctx context.Context, a *attempt) error {
 	if err != nil {
 		return err
 	}
-	reward, _ := json.Marshal(map[string]any{"value": d.Reward, "source": api.SourceEvaluator})
-	return c.append(ctx, a, store.NewEvent{Type: EventTests, Data: b}, store.NewEvent{Type: store.EventReward, Data: reward})
+	reward, _ := json.Marshal(map[string]any{"value": d.Reward, "source": store.SourceEvaluator})
+	return c.append(ctx, a, store.NewEvent{Type: store.EventTests, Data: b}, store.NewEvent{Type: store.EventReward, Data: reward})
 }
 
 func (c *runner) runTests(ctx context.Context, a *attempt) (testsData, error) {

@@ -472,7 +472,7 @@ def mul(a, b):
 				t.Errorf("reward %s, want %g", fmtPtr(r.Reward), c.want)
 			}
 			var te testsEvent
-			if e.one(t, rid, controller.EventTests, &te) {
+			if e.one(t, rid, store.EventTests, &te) {
 				if te.Reward != c.want || te.Resolved != (c.want == 1) {
 					t.Errorf("tests event reward %g resolved %v, want %g (%s)", te.Reward, te.Resolved, c.want, te.Reason)
 				}
@@ -481,7 +481,7 @@ def mul(a, b):
 				}
 			}
 			var se sandboxEvent
-			if e.one(t, rid, controller.EventSandbox, &se) {
+			if e.one(t, rid, store.EventSandbox, &se) {
 				if se.Commands != len(c.cmds) {
 					t.Errorf("sandbox event: %d commands, want %d", se.Commands, len(c.cmds))
 				}
@@ -503,7 +503,7 @@ def mul(a, b):
 					t.Errorf("harness output has %q:\n%s", s, out)
 				}
 			}
-			if c.extra["reward_file"] == true && len(e.events(t, rid, controller.EventHarnessReward)) != 1 {
+			if c.extra["reward_file"] == true && len(e.events(t, rid, store.EventHarnessReward)) != 1 {
 				t.Error("the harness's reward file was not kept as a diagnostic")
 			}
 		})
@@ -578,7 +578,7 @@ func TestRepoHarnessInside(t *testing.T) {
 				t.Errorf("reward %s, want %g", fmtPtr(r.Reward), c.want)
 			}
 			var te testsEvent
-			if e.one(t, rid, controller.EventTests, &te) && c.check != nil {
+			if e.one(t, rid, store.EventTests, &te) && c.check != nil {
 				c.check(t, te)
 			}
 			for _, s := range []string{"CWD /workspace", "EVENTS 403", "ADMIN 403", "DOTDOT 403", "HOSTGW URLError"} {
@@ -666,7 +666,7 @@ func testHarnessOutputBounded(t *testing.T, shape string) {
 		t.Errorf("the harness's stdout file on the host reached %d bytes, want %d and the marker", n, bound)
 	}
 	var se sandboxEvent
-	if e.one(t, rid, controller.EventSandbox, &se) {
+	if e.one(t, rid, store.EventSandbox, &se) {
 		// stdout is the flood and a few lines before it; stderr is small.
 		if se.HarnessOutputBytes < flood || se.HarnessOutputCut < flood-bound || se.HarnessOutputCut > se.HarnessOutputBytes-bound {
 			t.Errorf("sandbox event: harness output %d bytes, %d cut; want at least %d written, all but %d of stdout cut", se.HarnessOutputBytes, se.HarnessOutputCut, flood, bound)
@@ -720,7 +720,7 @@ func TestRepoRewardEqualsDirectRun(t *testing.T) {
 				t.Fatalf("rollout %s: %s", r.Status, r.Error)
 			}
 			var te testsEvent
-			if !e.one(t, rid, controller.EventTests, &te) {
+			if !e.one(t, rid, store.EventTests, &te) {
 				return
 			}
 			// The direct run.
@@ -842,7 +842,7 @@ func TestRepoWorkspaceCopyBounds(t *testing.T) {
 				testsEvent
 				Refused string `json:"refused"`
 			}
-			if !e.one(t, rid, controller.EventTests, &te) {
+			if !e.one(t, rid, store.EventTests, &te) {
 				return
 			}
 			if te.Refused != c.refused {
@@ -929,7 +929,7 @@ func TestRepoGoVerdict(t *testing.T) {
 			rid := ids[c.name]
 			r := e.wait(t, []string{rid}, 2*time.Minute)[0]
 			var te testsEvent
-			if !e.one(t, rid, controller.EventTests, &te) {
+			if !e.one(t, rid, store.EventTests, &te) {
 				return
 			}
 			if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != c.want {
@@ -991,7 +991,7 @@ func TestRepoGoVerdictSandboxed(t *testing.T) {
 			rid := ids[c.name]
 			r := e.wait(t, []string{rid}, 15*time.Minute)[0]
 			var te testsEvent
-			if !e.one(t, rid, controller.EventTests, &te) {
+			if !e.one(t, rid, store.EventTests, &te) {
 				return
 			}
 			t.Logf("tests: %v %v, %s", te.FailToPass, te.PassToPass, te.Untrusted)

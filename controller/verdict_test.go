@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aglrl/agl/controller"
 	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
@@ -46,7 +45,7 @@ func TestRepoVerdictCost(t *testing.T) {
 		var te struct {
 			Duration float64 `json:"duration_s"`
 		}
-		e.one(t, rid, controller.EventTests, &te)
+		e.one(t, rid, store.EventTests, &te)
 		tests += time.Duration(te.Duration * float64(time.Second))
 	}
 	t.Logf("per evaluation: attempt %s, test command %s (mean of %d)", total/n, tests/n, n)

@@ -132,25 +132,27 @@ func toolOutput(rng *rand.Rand, name string) string {
 
 type lhStore struct {
 	st   store.Store
-	size func() int64 // bytes on disk now
-	done func()       // closes; size still works after it
+	m    *metrics.Metrics // observes st
+	size func() int64     // bytes on disk now
+	done func()           // closes; size still works after it
 }
 
 func openLHStore(b *testing.B, backend string, plain bool) lhStore {
 	ctx := context.Background()
+	m := metrics.New(metrics.Options{CallsFromEvents: true})
 	switch backend {
 	case "sqlite":
 		dir := b.TempDir()
-		st, err := sqlite.Open(ctx, filepath.Join(dir, "agl.db"), sqlite.Options{PlainEvents: plain})
+		st, err := sqlite.Open(ctx, filepath.Join(dir, "agl.db"), sqlite.Options{PlainEvents: plain, Observer: m})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return lhStore{st: st, size: func() int64 { return dirSize(b, dir) }, done: func() { st.Close() }}
+		return lhStore{st: st, m: m, size: func() int64 { return dirSize(b, dir) }, done: func() { st.Close() }}
 	default:
 		if os.Getenv(pgtest.EnvURL) == "" {
 			b.Skip(pgtest.EnvURL + " is unset; run under scripts/with-postgres.sh")
 		}
-		st, err := postgres.OpenOptions(ctx, pgtest.URL(b), postgres.Options{PlainEvents: plain})
+		st, err := postgres.OpenOptions(ctx, pgtest.URL(b), postgres.Options{PlainEvents: plain, Observer: m})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -161,7 +163,7 @@ func openLHStore(b *testing.B, backend string, plain bool) lhStore {
 			}
 			return n
 		}
-		return lhStore{st: st, size: size, done: func() {}}
+		return lhStore{st: st, m: m, size: size, done: func() {}}
 	}
 }
 
@@ -179,17 +181,18 @@ func dirSize(tb testing.TB, dir string) int64 {
 	return n
 }
 
-// lhGateway serves the gateway on loopback over st, in front of up.
-func lhGateway(b testing.TB, st store.Store, up *fakeVLLM) string {
+// lhGateway serves the gateway on loopback over st, in front of up,
+// with the metrics m (which observe st) on its requests.
+func lhGateway(b testing.TB, st store.Store, m *metrics.Metrics, up *fakeVLLM) string {
 	cl, err := upstream.New(upstream.Config{Models: []upstream.Model{{Name: "m", Endpoints: []string{up.srv.URL + "/v1"}}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Wired as runGateway (cmd/agl) does: the proxy records on the store
-	// itself (the SQLite journal), the API goes through the metrics.
+	// Wired as package app does: the metrics observe the store, and
+	// measure the requests.
 	px := proxy.New(proxy.Config{}, st, proxy.NewUpstreamBackend(cl))
-	m := metrics.New(metrics.Options{Store: st, CallsFromEvents: true})
-	srv := gateway.New(gateway.Options{Store: m.WrapStore(st), LLM: px, ReapInterval: -1, Wrap: m.Middleware})
+	m.CountRollouts(st)
+	srv := gateway.New(gateway.Options{Store: st, LLM: px, ReapInterval: -1, Wrap: m.Middleware})
 	hs := httptest.NewServer(srv)
 	b.Cleanup(hs.Close)
 	return hs.URL
@@ -227,7 +230,7 @@ func TestLongHorizonEventsReadBack(t *testing.T) {
 	}
 	rec := &recorded{Store: st}
 	up := newFakeVLLM(t)
-	gw := lhGateway(t, rec, up)
+	gw := lhGateway(t, rec, metrics.New(metrics.Options{}), up)
 	cl := lhClaim(ctx, t, st, "golden")
 	_, final := lhRollout(ctx, t, http.DefaultClient, st, gw, up, cl, false, 30)
 	check := func(c *api.Client) {
@@ -256,7 +259,7 @@ func TestLongHorizonEventsReadBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st2.Close()
-	check(api.NewClient(lhGateway(t, st2, up), ""))
+	check(api.NewClient(lhGateway(t, st2, metrics.New(metrics.Options{}), up), ""))
 	var whole int
 	for _, d := range rec.data {
 		whole += len(d)
@@ -366,7 +369,7 @@ func benchOne(b *testing.B, backend string, plain bool) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		s := openLHStore(b, backend, plain)
-		gw := lhGateway(b, s.st, up)
+		gw := lhGateway(b, s.st, s.m, up)
 		before := s.size()
 		b.StartTimer()
 		calls, final := lhRollout(ctx, b, hc, s.st, gw, up, lhClaim(ctx, b, s.st, fmt.Sprint("lh-", i)), true, lhCalls)
@@ -397,7 +400,7 @@ func benchConcurrent(b *testing.B, backend string, plain bool, n int) {
 	ctx := context.Background()
 	up := newFakeVLLM(b)
 	s := openLHStore(b, backend, plain)
-	gw := lhGateway(b, s.st, up)
+	gw := lhGateway(b, s.st, s.m, up)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
 	var added []float64
 	var mu sync.Mutex

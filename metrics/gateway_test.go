@@ -28,9 +28,9 @@ import (
 func TestGatewayWiring(t *testing.T) {
 	ctx := context.Background()
 	const admin = "admin-key"
-	raw := testutil.SQLite(t)
-	m := metrics.New(metrics.Options{Store: raw, CallsFromEvents: true})
-	st := m.WrapStore(raw)
+	m := metrics.New(metrics.Options{CallsFromEvents: true})
+	st := testutil.ObservedSQLite(t, m)
+	m.CountRollouts(st)
 	gw := gateway.New(gateway.Options{Store: st, AdminKey: admin, ReapInterval: -1, Logger: slog.New(slog.DiscardHandler)})
 	gw.Handle("GET /metrics", m.Handler())
 	isAdmin := func(r *http.Request) bool {
@@ -81,7 +81,7 @@ func TestGatewayWiring(t *testing.T) {
 	if err := tp.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if evs, err := raw.ListEvents(ctx, store.EventFilter{RolloutID: "r1", Types: []string{store.EventSpan}}); err != nil || len(evs) != 1 {
+	if evs, err := st.ListEvents(ctx, store.EventFilter{RolloutID: "r1", Types: []string{store.EventSpan}}); err != nil || len(evs) != 1 {
 		t.Fatalf("span events %v, %v; want 1", evs, err)
 	}
 

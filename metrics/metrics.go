@@ -22,16 +22,15 @@ import (
 
 // Options configure New.
 type Options struct {
-	// Store, when set, is asked for rollout counts by status at each scrape.
-	Store store.Store
-	// ScrapeTimeout bounds the store query made at scrape time (default 5s).
+	// ScrapeTimeout bounds the store query of CountRollouts made at
+	// scrape time (default 5s).
 	ScrapeTimeout time.Duration
 	// Runtime adds the Go runtime and process collectors.
 	Runtime bool
-	// CallsFromEvents makes the store returned by WrapStore also record
-	// model calls (count, latency, tokens; status 200) from the
-	// "model_request" events appended through it, for when the proxy does
-	// not call ObserveCall itself. Do not set both, or calls count twice.
+	// CallsFromEvents makes EventsStored also record model calls (count,
+	// latency, tokens, status) from the "model_request" events stored,
+	// for when the proxy does not call ObserveCall itself. Do not set
+	// both, or calls count twice.
 	CallsFromEvents bool
 }
 
@@ -40,6 +39,7 @@ type Options struct {
 type Metrics struct {
 	reg             *prometheus.Registry
 	callsFromEvents bool
+	scrapeTimeout   time.Duration
 
 	calls        *prometheus.CounterVec
 	callDuration *prometheus.HistogramVec
@@ -71,6 +71,7 @@ func New(opt Options) *Metrics {
 	m := &Metrics{
 		reg:             prometheus.NewRegistry(),
 		callsFromEvents: opt.CallsFromEvents,
+		scrapeTimeout:   opt.ScrapeTimeout,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agl_model_calls_total",
 			Help: "Model calls served by the gateway, by API shape and HTTP status.",
@@ -141,9 +142,6 @@ func New(opt Options) *Metrics {
 	for _, a := range []string{"unresponsive", "timed_out", "requeued", "failed"} {
 		m.reaper.WithLabelValues(a) // export zeros so rate() works from the start
 	}
-	if opt.Store != nil {
-		m.reg.MustRegister(&rolloutCollector{st: opt.Store, timeout: opt.ScrapeTimeout, desc: rolloutsDesc})
-	}
 	if opt.Runtime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -193,8 +191,8 @@ func (m *Metrics) ObserveEvents(typ string, n int) {
 	}
 }
 
-// ObserveReap records what one reaper pass did.
-func (m *Metrics) ObserveReap(r store.ReapResult) {
+// Reaped implements store.Observer: it records what one reaper pass did.
+func (m *Metrics) Reaped(r store.ReapResult) {
 	m.reaps.Inc()
 	m.reaper.WithLabelValues("unresponsive").Add(float64(r.Unresponsive))
 	m.reaper.WithLabelValues("timed_out").Add(float64(r.TimedOut))
@@ -224,9 +222,20 @@ var allStatuses = []store.RolloutStatus{
 	store.RolloutSucceeded, store.RolloutFailed, store.RolloutCancelled,
 }
 
+// Counter counts rollouts by status (a store.Store does).
+type Counter interface {
+	CountRollouts(ctx context.Context) (store.Counts, error)
+}
+
+// CountRollouts makes every scrape report st's rollouts by status
+// (agl_rollouts). Call it once, before serving the metrics.
+func (m *Metrics) CountRollouts(st Counter) {
+	m.reg.MustRegister(&rolloutCollector{st: st, timeout: m.scrapeTimeout, desc: rolloutsDesc})
+}
+
 // rolloutCollector asks the store for rollout counts at scrape time.
 type rolloutCollector struct {
-	st      store.Store
+	st      Counter
 	timeout time.Duration
 	desc    *prometheus.Desc
 }

@@ -86,33 +86,33 @@ func mustValue(t *testing.T, fams map[string]*dto.MetricFamily, name string, lab
 
 func TestScrape(t *testing.T) {
 	ctx := context.Background()
-	st := testutil.SQLite(t)
-	m := metrics.New(metrics.Options{Store: st, Runtime: true})
-	counted := m.WrapStore(st)
+	m := metrics.New(metrics.Options{Runtime: true})
+	st := testutil.ObservedSQLite(t, m)
+	m.CountRollouts(st)
 
 	// Three rollouts: one claimed (running) with two events appended, two queuing.
-	if _, err := counted.CreateRollouts(ctx, []store.NewRollout{
+	if _, err := st.CreateRollouts(ctx, []store.NewRollout{
 		{ID: "r1", Task: json.RawMessage(`{}`)},
 		{ID: "r2", Task: json.RawMessage(`{}`)},
 		{ID: "r3", Task: json.RawMessage(`{}`)},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	cl, err := counted.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
+	cl, err := st.Claim(ctx, store.ClaimRequest{WorkerID: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := counted.AppendEvents(ctx, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{
+	if _, err := st.AppendEvents(ctx, cl.Rollout.ID, cl.Attempt.ID, []store.NewEvent{
 		{Type: store.EventLog, Data: json.RawMessage(`{"msg":"a"}`)},
 		{Type: store.EventLog, Data: json.RawMessage(`{"msg":"b"}`)},
 		{Type: store.EventReward, Data: json.RawMessage(`{"value":1}`)},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := counted.Reap(ctx, time.Now()); err != nil {
+	if _, err := st.Reap(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	m.ObserveReap(store.ReapResult{Unresponsive: 2, Requeued: 1, Failed: 1})
+	m.Reaped(store.ReapResult{Unresponsive: 2, Requeued: 1, Failed: 1})
 
 	m.ObserveCall("chat.completions", 200, 120*time.Millisecond, 100, 20)
 	m.ObserveCall("chat.completions", 200, 80*time.Millisecond, 50, 5)
@@ -190,7 +190,8 @@ func (failingStore) CountRollouts(context.Context) (store.Counts, error) {
 }
 
 func TestScrapeSurvivesStoreError(t *testing.T) {
-	m := metrics.New(metrics.Options{Store: failingStore{}})
+	m := metrics.New(metrics.Options{})
+	m.CountRollouts(failingStore{})
 	m.ObserveCall("responses", 200, time.Millisecond, 3, 4)
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
@@ -297,13 +298,13 @@ func TestMiddleware(t *testing.T) {
 	}
 }
 
-// TestTrainStepsThroughStore: trainer steps reported to the wrapped store
+// TestTrainStepsThroughStore: trainer steps reported to an observed store
 // (as POST /api/train/steps does) set the step time, reward and success
 // gauges; validation steps do not.
 func TestTrainStepsThroughStore(t *testing.T) {
 	ctx := context.Background()
 	m := metrics.New(metrics.Options{})
-	st := m.WrapStore(testutil.SQLite(t))
+	st := testutil.ObservedSQLite(t, m)
 	for _, ts := range []store.TrainStep{
 		{Run: "r", Mode: store.ModeTrain, Step: 1, Metrics: json.RawMessage(`{"reward_mean":0.25,"success_rate":0.5,"rollout_seconds":2,"train_seconds":1.5}`)},
 		{Run: "r", Mode: store.ModeVal, Step: 1, Metrics: json.RawMessage(`{"reward_mean":0.9,"success_rate":1}`)},

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -144,82 +143,23 @@ func (w *statusWriter) Flush() {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// WrapStore returns st with AppendEvents, RecordEvents, AppendLateEvents,
-// Reap and PutTrainStep counted in m: events appended by type, reaper
-// actions, (with Options.CallsFromEvents) the model calls that
-// "model_request" events describe, and trainer steps (step time, reward
-// and success rate of each train-mode step reported). Everything else
-// passes through. The optional interfaces of st stay visible: the result
-// is a store.EventRecorder (st's RecordEvents where st has one, else
-// AppendEvents), and a store.LateWriter or store.Pruner exactly when st
-// is one, so that a proxy given the wrapped store still writes through
-// the SQLite event journal.
-func (m *Metrics) WrapStore(st store.Store) store.Store {
-	c := &countingStore{Store: st, m: m}
-	c.rec, _ = st.(store.EventRecorder)
-	late, isLate := st.(store.LateWriter)
-	pr, isPruner := st.(store.Pruner)
-	switch {
-	case isLate && isPruner:
-		return &struct {
-			*countingStore
-			countingLate
-			store.Pruner
-		}{c, countingLate{c, late}, pr}
-	case isLate:
-		return &struct {
-			*countingStore
-			countingLate
-		}{c, countingLate{c, late}}
-	case isPruner:
-		return &struct {
-			*countingStore
-			store.Pruner
-		}{c, pr}
-	}
-	return c
-}
+var _ store.Observer = (*Metrics)(nil)
 
-type countingStore struct {
-	store.Store
-	m   *Metrics
-	rec store.EventRecorder // st's, nil when it has none
-}
-
-func (s *countingStore) AppendEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
-	out, err := s.Store.AppendEvents(ctx, rolloutID, attemptID, evs)
-	if err == nil {
-		s.observe(evs)
-	}
-	return out, err
-}
-
-// RecordEvents implements store.EventRecorder.
-func (s *countingStore) RecordEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) error {
-	if s.rec == nil {
-		_, err := s.AppendEvents(ctx, rolloutID, attemptID, evs)
-		return err
-	}
-	err := s.rec.RecordEvents(ctx, rolloutID, attemptID, evs)
-	if err == nil {
-		s.observe(evs)
-	}
-	return err
-}
-
-// observe counts events that were stored.
-func (s *countingStore) observe(evs []store.NewEvent) {
+// EventsStored implements store.Observer: events stored by type and,
+// with Options.CallsFromEvents, the model calls that "model_request"
+// events describe.
+func (m *Metrics) EventsStored(evs []store.NewEvent) {
 	byType := map[string]int{}
 	for _, e := range evs {
 		byType[e.Type]++
 	}
 	for t, n := range byType {
-		s.m.ObserveEvents(t, n)
+		m.ObserveEvents(t, n)
 	}
-	if s.m.callsFromEvents && byType[store.EventModelRequest] > 0 {
+	if m.callsFromEvents && byType[store.EventModelRequest] > 0 {
 		for _, e := range evs {
 			if e.Type == store.EventModelRequest {
-				s.m.observeCallEvent(summaryData(e), e.Data)
+				m.observeCallEvent(summaryData(e), e.Data)
 			}
 		}
 	}
@@ -253,24 +193,6 @@ func summaryData(e store.NewEvent) []byte {
 		return e.Data
 	}
 	return append(out, e.Data[last:]...)
-}
-
-// countingLate counts the events of a store.LateWriter.
-type countingLate struct {
-	c *countingStore
-	w store.LateWriter
-}
-
-func (l countingLate) AppendLateEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
-	out, err := l.w.AppendLateEvents(ctx, rolloutID, attemptID, evs)
-	if err == nil {
-		l.c.observe(evs)
-	}
-	return out, err
-}
-
-func (l countingLate) PurgeRollout(ctx context.Context, id string) error {
-	return l.w.PurgeRollout(ctx, id)
 }
 
 // callSummary is the part of an api.ModelCall the metrics need; decoding
@@ -308,21 +230,14 @@ type stepSummary struct {
 	TrainSecs   float64 `json:"train_seconds"`
 }
 
-func (s *countingStore) PutTrainStep(ctx context.Context, t store.TrainStep) error {
-	err := s.Store.PutTrainStep(ctx, t)
-	if err == nil && t.Mode == store.ModeTrain {
-		var m stepSummary
-		if json.Unmarshal(t.Metrics, &m) == nil {
-			s.m.ObserveStep(time.Duration((m.RolloutSecs+m.TrainSecs)*float64(time.Second)), m.RewardMean, m.SuccessRate)
-		}
+// TrainStepStored implements store.Observer: the step time, reward and
+// success rate of each train-mode step reported.
+func (m *Metrics) TrainStepStored(t store.TrainStep) {
+	if t.Mode != store.ModeTrain {
+		return
 	}
-	return err
-}
-
-func (s *countingStore) Reap(ctx context.Context, now time.Time) (store.ReapResult, error) {
-	r, err := s.Store.Reap(ctx, now)
-	if err == nil {
-		s.m.ObserveReap(r)
+	var st stepSummary
+	if json.Unmarshal(t.Metrics, &st) == nil {
+		m.ObserveStep(time.Duration((st.RolloutSecs+st.TrainSecs)*float64(time.Second)), st.RewardMean, st.SuccessRate)
 	}
-	return r, err
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// TestAppendModelCall: the hand-written event encoder produces the same
-// JSON value as json.Marshal for full, empty and awkward events.
-func TestAppendModelCall(t *testing.T) {
+// fullCall is a model call with every field of api.ModelCall set (see
+// TestFullCallSetsEveryField), and the sampling it records.
+func fullCall() (api.ModelCall, engine.Sampling) {
 	full := api.ModelCall{
 		CallID: "chatcmpl-1", API: api.ShapeMessages, Model: `we"ird<&>` + "\n", ModelVersion: 42, Agent: "writer",
 		PromptIDs: []int32{1, 2, 151643}, ResponseIDs: []int32{-1, 0, 7}, ResponseLogprobs: []float32{-0.5, -1e-9, -123.456, 0},
@@ -27,6 +27,27 @@ func TestAppendModelCall(t *testing.T) {
 	}
 	s := engine.Sampling{Temperature: 0.7, TopP: 0.95, TopK: 20, MaxTokens: 512, StopIDs: []int32{5, 6}, Seed: math.MaxUint64}
 	full.Sampling = appendSampling(nil, &s)
+	return full, s
+}
+
+// TestFullCallSetsEveryField: a field added to api.ModelCall (the one
+// definition of the model_request record) must be set in fullCall, so
+// that TestAppendModelCall checks the hand-written encoder writes it as
+// encoding/json does.
+func TestFullCallSetsEveryField(t *testing.T) {
+	full, _ := fullCall()
+	v := reflect.ValueOf(full)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Errorf("fullCall leaves api.ModelCall.%s unset", v.Type().Field(i).Name)
+		}
+	}
+}
+
+// TestAppendModelCall: the hand-written event encoder produces the same
+// JSON value as json.Marshal for full, empty and awkward events.
+func TestAppendModelCall(t *testing.T) {
+	full, s := fullCall()
 	var gotS engine.Sampling
 	if err := json.Unmarshal(full.Sampling, &gotS); err != nil || !reflect.DeepEqual(gotS, s) {
 		t.Fatalf("sampling %s → %+v %v", full.Sampling, gotS, err)

@@ -237,7 +237,7 @@ func TestHarnessEvents(t *testing.T) {
 	if !slices.Equal(types, []string{"reward", "reward", "log", "my_metric", "log"}) {
 		t.Fatalf("stored %v", types)
 	}
-	r, err := api.ParseReward(evs[0].Data)
+	r, err := store.ParseReward(evs[0].Data)
 	if v, _ := r.PrimaryValue(); err != nil || v != 0.5 {
 		t.Fatalf("reward %v %v", v, err)
 	}

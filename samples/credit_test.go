@@ -51,7 +51,7 @@ func creditStep(t *testing.T, rs []creditRollout) ([]store.Rollout, map[string][
 		// never replace it.
 		for _, k := range slices.Sorted(mapsKeys(r.callRews)) {
 			v := r.callRews[k]
-			b, _ := json.Marshal(api.Reward{Value: &v, CallID: fmt.Sprintf("%s%d", r.id, k)})
+			b, _ := json.Marshal(store.Reward{Value: &v, CallID: fmt.Sprintf("%s%d", r.id, k)})
 			seq++
 			evs[r.id] = append(evs[r.id], store.Event{Seq: seq, RolloutID: r.id, AttemptID: r.id + "-a1", Type: store.EventReward, Data: b})
 		}

@@ -17,7 +17,34 @@ func slowCall(b []byte) (api.ModelCall, error) {
 	}
 	return api.ModelCall{CallID: c.CallID, API: c.API, Model: c.Model, ModelVersion: c.ModelVersion,
 		PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, ResponseLogprobs: c.ResponseLogprobs,
-		NoTokenIDs: c.NoTokenIDs, FinishReason: c.FinishReason, Continued: c.Continued, RenderReason: c.RenderReason, Agent: c.Agent}, nil
+		NoTokenIDs: c.NoTokenIDs, FinishReason: c.FinishReason, Continued: c.Continued, RenderReason: c.RenderReason, Agent: c.Agent,
+		Status: c.Status}, nil
+}
+
+// TestDecodeCallReadsModelCallKeys: the fast path reads every field
+// samples use under the key api.ModelCall (the one definition of the
+// model_request record) gives it: an event with all of them set, as
+// encoding/json writes it, decodes without the fallback to the value the
+// reference reads.
+func TestDecodeCallReadsModelCallKeys(t *testing.T) {
+	mc := api.ModelCall{CallID: "c", API: api.ShapeMessages, Model: "m", ModelVersion: 3, Agent: "writer",
+		PromptIDs: []int32{1, 2}, ResponseIDs: []int32{3}, ResponseLogprobs: []float32{-0.5},
+		NoTokenIDs: true, FinishReason: api.FinishLength, Continued: true, RenderReason: "first_call", Status: api.CallError}
+	b, err := json.Marshal(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := slowCall(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(want, mc) {
+		t.Fatalf("the reference reads %+v, want every field set: %+v", want, mc)
+	}
+	var got api.ModelCall
+	if !fastCall(b, &got) || !reflect.DeepEqual(got, want) {
+		t.Errorf("fast path on %s:\n%+v\nwant %+v", b, got, want)
+	}
 }
 
 func TestDecodeCallMatchesEncodingJSON(t *testing.T) {

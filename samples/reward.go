@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -57,13 +56,14 @@ type RolloutReward struct {
 	Bad int
 }
 
-// ResolveReward reads the "reward" events of one attempt in sequence order:
-// of the final (call-less) rewards that parse, the last of the highest
-// api.Reward.Rank wins (an evaluator's over the reward file's over those the
-// harness posted, as the store's reward summary); rewards naming a call are
-// intermediate and the last one per call wins. When an evaluator's reward
-// is there, the harness's rewards — per-call ones included — are
-// diagnostics only and not used.
+// ResolveReward resolves the "reward" events of one attempt by the one
+// reward rule (store.ResolveRewards), each valued by cfg.Primary when set,
+// else its own primary: of the final (call-less) rewards, the last of the
+// highest store.Reward.Rank wins (an evaluator's over the reward file's
+// over those the harness posted, as the store's reward summary); rewards
+// naming a call are intermediate and the last one per call wins. When an
+// evaluator's reward is there, the harness's rewards — per-call ones
+// included — are diagnostics only and not used.
 func ResolveReward(cfg RewardConfig, events []store.Event, attemptID string) RolloutReward {
 	evs := make([]store.Event, 0, 2)
 	for _, e := range events {
@@ -72,48 +72,14 @@ func ResolveReward(cfg RewardConfig, events []store.Event, attemptID string) Rol
 		}
 	}
 	slices.SortStableFunc(evs, func(a, b store.Event) int { return cmpInt64(a.Seq, b.Seq) })
-	type parsed struct {
-		r api.Reward
-		v float64
+	datas := make([]json.RawMessage, len(evs))
+	for i, e := range evs {
+		datas[i] = e.Data
 	}
-	ps := make([]parsed, 0, len(evs))
-	out := RolloutReward{Value: cfg.Fill, Missing: true}
-	top := -1 // the highest rank of a usable final reward
-	for _, e := range evs {
-		r, err := api.ParseReward(e.Data)
-		if err != nil {
-			// ParseReward rejects a multi-dimensional reward whose own
-			// primary is missing; cfg.Primary may still be present.
-			r = api.Reward{}
-			if json.Unmarshal(e.Data, &r) != nil {
-				out.Bad++
-				continue
-			}
-		}
-		v, err := primary(cfg, r)
-		if err != nil {
-			out.Bad++
-			continue
-		}
-		ps = append(ps, parsed{r, v})
-		if r.CallID == "" {
-			top = max(top, r.Rank())
-		}
-	}
-	for _, p := range ps {
-		if p.r.CallID != "" {
-			if top == evaluatorRank && p.r.Rank() < evaluatorRank {
-				continue // the harness's shaping does not touch an evaluator's reward
-			}
-			if out.CallRewards == nil {
-				out.CallRewards = map[string]float64{}
-			}
-			out.CallRewards[p.r.CallID] = p.v
-			continue
-		}
-		if p.r.Rank() == top {
-			out.Value, out.Missing, out.Values = p.v, false, p.r.Values
-		}
+	res := store.ResolveRewards(datas, func(r store.Reward) (float64, error) { return primary(cfg, r) })
+	out := RolloutReward{Value: cfg.Fill, Missing: true, CallRewards: res.Calls, Bad: res.Bad}
+	if res.Final >= 0 {
+		out.Value, out.Missing, out.Values = res.Value, false, res.Reward.Values
 	}
 	if cfg.AddCallRewards {
 		// Sorted keys: a deterministic float sum.
@@ -124,9 +90,7 @@ func ResolveReward(cfg RewardConfig, events []store.Event, attemptID string) Rol
 	return out
 }
 
-var evaluatorRank = api.Reward{Source: api.SourceEvaluator}.Rank()
-
-func primary(cfg RewardConfig, r api.Reward) (float64, error) {
+func primary(cfg RewardConfig, r store.Reward) (float64, error) {
 	if cfg.Primary != "" && r.Value == nil {
 		v, ok := r.Values[cfg.Primary]
 		if !ok {

@@ -107,7 +107,7 @@ func toEvents(t testing.TB, seq *int64, rolloutID, attemptID string, calls []api
 		evs = append(evs, store.Event{Seq: *seq, RolloutID: rolloutID, AttemptID: attemptID, Type: store.EventModelRequest, Time: at, Data: b})
 	}
 	if reward != nil {
-		b, _ := json.Marshal(api.Reward{Value: reward})
+		b, _ := json.Marshal(store.Reward{Value: reward})
 		*seq++
 		evs = append(evs, store.Event{Seq: *seq, RolloutID: rolloutID, AttemptID: attemptID, Type: store.EventReward, Time: at, Data: b})
 	}

@@ -56,6 +56,11 @@ const (
 	AttemptUnresponsive AttemptStatus = "unresponsive"
 )
 
+// AttemptStopped is the error of an attempt failed because its controller
+// stopped: the harness was cut off, not judged, so the trainer runs the
+// rollout again rather than train on it as a failure.
+const AttemptStopped = "controller stopped"
+
 // Valid reports whether s is a known attempt status.
 func (s AttemptStatus) Valid() bool {
 	switch s {
@@ -76,13 +81,38 @@ const (
 // Valid reports whether m is a known mode.
 func (m Mode) Valid() bool { return m == ModeTrain || m == ModeVal }
 
-// Well-known event types. Any other non-empty string is a custom type.
+// Well-known event types, every one agl writes or reads. Any other
+// non-empty string is a custom type.
 const (
 	EventModelRequest = "model_request"
 	EventReward       = "reward"
 	EventLog          = "log"
 	EventSpan         = "span"
+	// EventHarnessReward is the diagnostic event that keeps a reward file
+	// the evaluator's authority overrode: {"text": the file (redacted,
+	// bounded), "bytes": its size}.
+	EventHarnessReward = "harness_reward"
+	// EventTests and EventSandbox are what the controller appends (with
+	// the admin key) for repository tasks: the test-based evaluation and
+	// what the sandbox saw.
+	EventTests   = "tests"
+	EventSandbox = "sandbox"
 )
+
+// GatewayOwned reports whether only the gateway itself writes events of
+// type t (model calls it served, spans it took in by OTLP): a scoped
+// attempt key may not append them on any route.
+func GatewayOwned(t string) bool {
+	return t == EventModelRequest || t == EventSpan
+}
+
+// ControllerOwned reports whether only the controller writes events of
+// type t (a repository task's test results and sandbox diagnostics): a
+// scoped attempt key may not append them, so that a harness cannot forge
+// a test result.
+func ControllerOwned(t string) bool {
+	return t == EventTests || t == EventSandbox
+}
 
 // RolloutConfig bounds how a rollout runs. Zero values take the defaults
 // in DefaultRolloutConfig.

@@ -31,7 +31,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/aglrl/agl/controller"
 	"github.com/aglrl/agl/internal/seed"
 	"github.com/aglrl/agl/samples"
 	"github.com/aglrl/agl/store"
@@ -680,7 +679,7 @@ func interrupted(r store.Rollout) bool {
 			last = a
 		}
 	}
-	return last.Error == controller.Stopped || last.Error == Interrupted
+	return last.Error == store.AttemptStopped || last.Error == Interrupted
 }
 
 // incarnation is the k-th replacement of a planned rollout: same group,

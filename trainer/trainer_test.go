@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
-	"github.com/aglrl/agl/controller"
 	"github.com/aglrl/agl/samples"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
@@ -128,12 +127,12 @@ func TestInterrupted(t *testing.T) {
 		r    store.Rollout
 		want bool
 	}{
-		{"controller stopped", store.Rollout{Status: store.RolloutFailed, Attempts: []store.Attempt{att(1, store.AttemptFailed, controller.Stopped)}}, true},
+		{"controller stopped", store.Rollout{Status: store.RolloutFailed, Attempts: []store.Attempt{att(1, store.AttemptFailed, store.AttemptStopped)}}, true},
 		{"orphan ended at resume", store.Rollout{Status: store.RolloutFailed, Attempts: []store.Attempt{att(1, store.AttemptFailed, Interrupted)}}, true},
-		{"last attempt counts", store.Rollout{Status: store.RolloutFailed, Attempts: []store.Attempt{att(2, store.AttemptFailed, "exit status 1"), att(1, store.AttemptFailed, controller.Stopped)}}, false},
+		{"last attempt counts", store.Rollout{Status: store.RolloutFailed, Attempts: []store.Attempt{att(2, store.AttemptFailed, "exit status 1"), att(1, store.AttemptFailed, store.AttemptStopped)}}, false},
 		{"harness failure", store.Rollout{Status: store.RolloutFailed, Attempts: []store.Attempt{att(1, store.AttemptFailed, "exit status 1")}}, false},
 		{"unresponsive", store.Rollout{Status: store.RolloutFailed, Attempts: []store.Attempt{att(1, store.AttemptUnresponsive, "unresponsive: no heartbeat")}}, false},
-		{"requeued: runs again anyway", store.Rollout{Status: store.RolloutRequeuing, Attempts: []store.Attempt{att(1, store.AttemptFailed, controller.Stopped)}}, false},
+		{"requeued: runs again anyway", store.Rollout{Status: store.RolloutRequeuing, Attempts: []store.Attempt{att(1, store.AttemptFailed, store.AttemptStopped)}}, false},
 		{"succeeded", store.Rollout{Status: store.RolloutSucceeded, Attempts: []store.Attempt{att(1, store.AttemptSucceeded, "")}}, false},
 		{"cancelled", store.Rollout{Status: store.RolloutCancelled}, false},
 	}
@@ -244,7 +243,7 @@ func (c *fakeController) play(ctx context.Context, t *testing.T, cl store.Claim)
 	if c.reward != nil {
 		value = c.reward(id)
 	}
-	rw, _ := json.Marshal(api.Reward{Value: &value})
+	rw, _ := json.Marshal(store.Reward{Value: &value})
 	if _, err := c.st.AppendEvents(ctx, id, cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: mc}, {Type: store.EventReward, Data: rw}}); err != nil {
 		if ctx.Err() == nil {
 			t.Errorf("append %s: %v", id, err)

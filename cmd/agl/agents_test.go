@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/trainer"
@@ -121,7 +122,7 @@ trainer:
 	if bad := []string{"--credit", "perCall"}; run(ctx, append([]string{"export", "--data-dir", filepath.Join(dir, "run")}, bad...), &exp, &rep) == nil {
 		t.Errorf("export accepted --credit perCall")
 	}
-	st, err := openStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")})
+	st, err := app.OpenStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ func TestEventAuthority(t *testing.T) {
 		t.Fatalf("%d events stored, want the %d accepted", len(evs), want)
 	}
 	for _, e := range evs {
-		if api.GatewayOwned(e.Type) || strings.Contains(string(e.Data), "1.7e308") || strings.Contains(string(e.Data), "source") {
+		if store.GatewayOwned(e.Type) || strings.Contains(string(e.Data), "1.7e308") || strings.Contains(string(e.Data), "source") {
 			t.Errorf("refused event stored: %s %s", e.Type, e.Data)
 		}
 	}

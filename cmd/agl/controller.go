@@ -9,12 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 
-	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/controller"
-	"github.com/aglrl/agl/controller/kubernetes"
 	"github.com/aglrl/agl/store"
 )
 
@@ -47,18 +45,11 @@ func runController(ctx context.Context, fs *flag.FlagSet, args []string, stdout 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	fc, err := config.Load(*cfgPath)
+	fc, err := app.Load(*cfgPath)
 	if err != nil {
 		return err
 	}
-	var sec controller.Section
-	if err := fc.Section("controller", &sec); err != nil {
-		return err
-	}
-	base := ""
-	if *cfgPath != "" {
-		base = filepath.Dir(*cfgPath)
-	}
+	sec, base := fc.Controller, fc.Base
 	cfg := sec.Config(base)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -121,7 +112,7 @@ func runController(ctx context.Context, fs *flag.FlagSet, args []string, stdout 
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if sec.Kind == controller.KindKubernetes {
-		b, err := kubernetesBackend(sec, base)
+		b, err := app.KubernetesBackend(sec, base)
 		if err != nil {
 			return err
 		}
@@ -130,23 +121,6 @@ func runController(ctx context.Context, fs *flag.FlagSet, args []string, stdout 
 	}
 	fmt.Fprintf(stdout, "agl controller: %s, concurrency %d, harness %q\n", cfg.GatewayURL, max(cfg.Concurrency, 1), cfg.Command)
 	return controller.Run(ctx, cfg)
-}
-
-// kubernetesBackend builds the Jobs backend of a kind: kubernetes section:
-// its options, then the cluster client (kubeconfig or in-cluster).
-func kubernetesBackend(sec controller.Section, base string) (*kubernetes.Backend, error) {
-	ks, err := kubernetes.DecodeSection(sec.Kubernetes)
-	if err != nil {
-		return nil, err
-	}
-	o, err := ks.Options(base)
-	if err != nil {
-		return nil, err
-	}
-	if o.Client, err = ks.Client(); err != nil {
-		return nil, err
-	}
-	return kubernetes.New(o)
 }
 
 // listenURL turns a listen address into a URL to reach it locally.

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aglrl/agl/config"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/store"
 )
 
@@ -45,12 +45,12 @@ func TestEngineMaxContext(t *testing.T) {
 			if err := os.WriteFile(p, []byte(fmt.Sprintf("data_dir: run\nengine: %s\n", strings.ReplaceAll(tc.engine, "MODEL", filepath.Join(dir, "model")))), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			c, err := config.Load(p)
+			c, err := app.Load(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			l, err := openLLM(ctx, c, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+			l, err := app.OpenLLM(ctx, c, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)
@@ -82,16 +82,16 @@ func TestEngineOverLimitPromptAPIError(t *testing.T) {
 	if err := os.WriteFile(p, []byte(fmt.Sprintf("data_dir: %s\nengine: {model_dir: %s, max_context: 64}\n", filepath.Join(dir, "run"), filepath.Join(dir, "model"))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := config.Load(p)
+	c, err := app.Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(ctx, c)
+	st, err := app.OpenStore(ctx, c.Config, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	l, err := openLLM(ctx, c, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l, err := app.OpenLLM(ctx, c, st, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

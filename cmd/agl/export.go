@@ -9,8 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/aglrl/agl/config"
-	"github.com/aglrl/agl/proxy"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/samples"
 )
 
@@ -83,7 +82,7 @@ func runExport(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.W
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	st, err := openReadStore(ctx, c, "export", os.Stderr)
+	st, err := app.OpenReadStore(ctx, c.Config, "export", os.Stderr, newLogger())
 	if err != nil {
 		return fmt.Errorf("export: open store: %w", err)
 	}
@@ -164,12 +163,8 @@ type exportPolicy struct {
 // none; else the trained policies (only the one named by --policy, when
 // given), whose agents' calls train as in agl train while the frozen and
 // upstream policies' calls are masked.
-func exportPolicies(c config.Config, agents []string, only string) ([]exportPolicy, error) {
-	var pols map[string]policyConfig
-	if err := c.Section("policies", &pols); err != nil {
-		return nil, err
-	}
-	if pols == nil {
+func exportPolicies(c app.Config, agents []string, only string) ([]exportPolicy, error) {
+	if c.Policies == nil {
 		if only != "" {
 			return nil, fmt.Errorf("--policy %s: the config has no policies: section", only)
 		}
@@ -178,31 +173,24 @@ func exportPolicies(c config.Config, agents []string, only string) ([]exportPoli
 	if len(agents) > 0 {
 		return nil, fmt.Errorf("--train-agent: with policies in the config, the policies' kinds say which agents train (use --policy)")
 	}
-	var ec engineConfig
-	var pc proxy.Config
-	for name, v := range map[string]any{"engine": &ec, "proxy": &pc} {
-		if err := c.Section(name, v); err != nil {
-			return nil, err
-		}
-	}
-	set, err := checkPolicies(pols, ec, pc.Agents, nil, false)
+	set, err := app.CheckPolicies(c.Policies, c.Engine, c.Proxy.Agents, nil, false)
 	if err != nil {
 		return nil, err
 	}
 	var out []exportPolicy
-	for _, n := range set.trained() {
+	for _, n := range set.Trained() {
 		if only == "" || only == n {
-			out = append(out, exportPolicy{name: n, agents: set.agents(n)})
+			out = append(out, exportPolicy{name: n, agents: set.Agents(n)})
 		}
 	}
 	if only != "" && len(out) == 0 {
-		if _, ok := set.byName[only]; ok {
-			return nil, fmt.Errorf("--policy %s: a %s policy, not trained: its calls never train", only, set.byName[only].Kind)
+		if p, ok := c.Policies[only]; ok {
+			return nil, fmt.Errorf("--policy %s: a %s policy, not trained: its calls never train", only, p.Kind)
 		}
-		return nil, fmt.Errorf("--policy %s: no such policy (have %q)", only, set.names)
+		return nil, fmt.Errorf("--policy %s: no such policy (have %q)", only, set.Names())
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("policies: no policy of kind %s: nothing to export", policyTrained)
+		return nil, fmt.Errorf("policies: no policy of kind %s: nothing to export", app.PolicyTrained)
 	}
 	return out, nil
 }

@@ -47,7 +47,7 @@ const docsHint = "Config keys: docs/reference/config.md. Every command, flag and
 func commands() []command {
 	return []command{
 		{name: "train", args: "[flags] CONFIG", summary: "run the whole RL loop on a config: gateway, controller, trainer, embedded model", run: runTrain,
-			about: "Runs the whole RL loop of CONFIG in one process: the gateway (store API, LLM routes, dashboard,\n/metrics), the controller running the harness, the trainer and the embedded model.\nFlags may come before or after CONFIG."},
+			about: "Runs the whole RL loop of CONFIG in one process: the gateway agl gateway serves (store API, LLM\nroutes, /al, OTLP, dashboard, /metrics), the controller running the harness, the trainer and the\nembedded model. Flags may come before or after CONFIG."},
 		{name: "gateway", args: "[flags]", summary: "serve the store API and LLM routes", run: runGateway,
 			about: "Serves the store API, the LLM routes of the configured engine or policies, the dashboard\nand /metrics, until interrupted."},
 		{name: "controller", args: "[flags] [-- HARNESS [ARG…]]", summary: "run harnesses for queued rollouts of a gateway", run: runController,

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/model"
 	"github.com/aglrl/agl/model/safetensors"
@@ -282,7 +283,7 @@ trainer:
 	// Events: each call is answered by its agent's policy; the trained
 	// ones by the version their step started from; the frozen checker by
 	// v1, identically for its fixed prompt in every rollout.
-	st, err := openStore(ctx, config.Config{DataDir: run})
+	st, err := app.OpenStore(ctx, config.Config{DataDir: run}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

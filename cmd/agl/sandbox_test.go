@@ -100,7 +100,7 @@ controller:
 		if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != want {
 			t.Errorf("rollout %d: %s (%s), reward %v, want %g", i, r.Status, r.Error, r.Reward, want)
 		}
-		evs, err := c.ListEvents(ctx, store.EventFilter{RolloutID: r.ID, Types: []string{store.EventLog, api.EventSandbox}})
+		evs, err := c.ListEvents(ctx, store.EventFilter{RolloutID: r.ID, Types: []string{store.EventLog, store.EventSandbox}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
@@ -93,7 +94,7 @@ trainer: {tasks: tasks.jsonl, steps: 2, tasks_per_step: 2, group_size: 4, lr: 0.
 // seed.
 func trainCalls(t *testing.T, ctx context.Context, dataDir string) map[string]string {
 	t.Helper()
-	st, err := openStore(ctx, config.Config{DataDir: dataDir})
+	st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/model"
@@ -195,7 +196,7 @@ func storeExamples(ctx context.Context, from string, f samples.SFTFilter, maxLen
 		if _, err := os.Stat(from); err != nil {
 			return nil, fmt.Errorf("sft: --from: %w", err)
 		}
-		st, err := openReadStore(ctx, config.Config{DataDir: from}, "sft", os.Stderr)
+		st, err := app.OpenReadStore(ctx, config.Config{DataDir: from}, "sft", os.Stderr, newLogger())
 		if err != nil {
 			return nil, fmt.Errorf("sft: --from %s: %w", from, err)
 		}

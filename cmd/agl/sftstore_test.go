@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
@@ -46,7 +47,7 @@ trainer: {tasks: tasks.jsonl, steps: 1, tasks_per_step: 2, group_size: 4, lr: 0.
 		t.Fatalf("train: %v\n%s", err, out.String())
 	}
 	// What the store holds: the train rollouts whose reward reached 0.5.
-	st, err := openStore(ctx, config.Config{DataDir: runDir})
+	st, err := app.OpenStore(ctx, config.Config{DataDir: runDir}, newLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
 )
@@ -32,7 +33,7 @@ func runStoreRecover(ctx context.Context, fs *flag.FlagSet, args []string, stdou
 	}
 	p, ok := c.StorePath()
 	if !ok {
-		return fmt.Errorf("store recover: the store is not SQLite (%s): nothing to recover", redactURL(c.Store.URL))
+		return fmt.Errorf("store recover: the store is not SQLite (%s): nothing to recover", app.RedactURL(c.Store.URL))
 	}
 	rec, err := sqlite.Recover(ctx, p, sqlite.Options{Synchronous: c.Store.Synchronous, Logger: newLogger()})
 	if err != nil {
@@ -101,7 +102,7 @@ func runPrune(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Wr
 	if err != nil {
 		return fmt.Errorf("store prune: %w", err)
 	}
-	st, err := openStore(ctx, c)
+	st, err := app.OpenStore(ctx, c.Config, newLogger(), nil)
 	if err != nil {
 		return fmt.Errorf("store prune: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/trainer"
@@ -87,7 +88,7 @@ func TestTrainTinkerPolicy(t *testing.T) {
 	// Every writer call of step s was sampled through the service by the
 	// version step s started from (s: every step updates the writer), with
 	// a log-prob per token; the frozen checker stays at v1.
-	st, err := openStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")})
+	st, err := app.OpenStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")}, newLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,8 @@ func TestTrainTinkerResumeAfterKill(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	ckpt := trainer.CheckpointDir(filepath.Join(dir, "run"))
 	deadline := time.After(3 * time.Minute)
-	for !fileExists(filepath.Join(ckpt, trainer.PolicyDir("writer"), "tinker.json")) {
+	saved := filepath.Join(ckpt, trainer.PolicyDir("writer"), "tinker.json")
+	for _, err := os.Stat(saved); err != nil; _, err = os.Stat(saved) {
 		select {
 		case err := <-exited:
 			t.Fatalf("agl train exited before its first checkpoint: %v\n%s", err, out.String())
@@ -314,7 +316,7 @@ func TestTrainTinkerWrongKey(t *testing.T) {
 	if len(svc.Models()) != 0 {
 		t.Errorf("models created: %v", svc.Models())
 	}
-	st, err := openStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")})
+	st, err := app.OpenStore(ctx, config.Config{DataDir: filepath.Join(dir, "run")}, newLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
@@ -99,7 +100,7 @@ trainer:
 			t.Errorf("missing %s: %v", f, err)
 		}
 	}
-	st, err := openStore(ctx, config.Config{DataDir: dataDir})
+	st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ trainer: {mode: async, max_staleness: %d, tasks: tasks.jsonl, steps: %d, tasks_p
 		}
 	}
 
-	st, err = openStore(ctx, config.Config{DataDir: dataDir})
+	st, err = app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,7 +443,7 @@ func openStoreAfterKill(t *testing.T, ctx context.Context, dataDir string) (stor
 	deadline := time.Now().Add(10 * time.Second)
 	logged := false
 	for {
-		st, err := openStore(ctx, config.Config{DataDir: dataDir})
+		st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 		if err == nil || !errors.Is(err, sqlite.ErrLocked) || time.Now().After(deadline) {
 			return st, err
 		}

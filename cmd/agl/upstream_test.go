@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/api"
+	"github.com/aglrl/agl/app"
 	"github.com/aglrl/agl/chat"
-	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
@@ -88,12 +88,12 @@ func TestUpstreamModeConfig(t *testing.T) {
 			if err := os.WriteFile(p, []byte("data_dir: run\nengine:\n  upstream:\n    registry_poll: 50ms\n    models: ["+model+"]\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			c, err := config.Load(p)
+			c, err := app.Load(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var logs strings.Builder
-			l, err := openLLM(context.Background(), c, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+			l, err := app.OpenLLM(context.Background(), c, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err %v, want %q", err, tc.wantErr)

@@ -61,6 +61,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/aglrl/agl/controller"
+	"github.com/aglrl/agl/store"
 )
 
 // Labels and annotations the controller puts on its Jobs and their pods.
@@ -486,7 +487,7 @@ func (b *Backend) RunAttempt(ctx context.Context, at *controller.Attempt) {
 			res.Cancel()
 			wait.Stop()
 			at.Revoke()
-			at.Finish(context.Background(), controller.Result{Failure: controller.Stopped})
+			at.Finish(context.Background(), controller.Result{Failure: store.AttemptStopped})
 			return
 		}
 	}
@@ -495,7 +496,7 @@ func (b *Backend) RunAttempt(ctx context.Context, at *controller.Attempt) {
 	if err := b.create(ctx, job); err != nil {
 		at.Revoke()
 		if ctx.Err() != nil {
-			at.Finish(context.Background(), controller.Result{Failure: controller.Stopped})
+			at.Finish(context.Background(), controller.Result{Failure: store.AttemptStopped})
 			return
 		}
 		at.Finish(ctx, controller.Result{Failure: "kubernetes: create job " + job.Name + ": " + err.Error()})
@@ -554,7 +555,7 @@ func (b *Backend) RunAttempt(ctx context.Context, at *controller.Attempt) {
 			at.Revoke()
 			logs := b.logs(context.Background(), job.Name)
 			b.delete(log, job)
-			at.Finish(context.Background(), controller.Result{Failure: controller.Stopped, Logs: logs.logs})
+			at.Finish(context.Background(), controller.Result{Failure: store.AttemptStopped, Logs: logs.logs})
 			return
 		}
 	}

@@ -482,8 +482,8 @@ func TestRateLimit(t *testing.T) {
 	r.stop(t)
 	for _, id := range ids {
 		got := g.rollout(t, id)
-		if len(got.Attempts) != 1 || got.Attempts[0].Error != controller.Stopped {
-			t.Fatalf("rollout %s: attempts %+v, want one failed %q", id, got.Attempts, controller.Stopped)
+		if len(got.Attempts) != 1 || got.Attempts[0].Error != store.AttemptStopped {
+			t.Fatalf("rollout %s: attempts %+v, want one failed %q", id, got.Attempts, store.AttemptStopped)
 		}
 	}
 	if l, _ := cs.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {

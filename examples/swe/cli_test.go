@@ -123,7 +123,7 @@ func TestCLIConfigs(t *testing.T) {
 						switch e.Type {
 						case store.EventLog:
 							logs += string(e.Data) + "\n"
-						case controller.EventTests:
+						case store.EventTests:
 							testsEv = string(e.Data)
 						case store.EventModelRequest:
 							calls++

@@ -360,7 +360,7 @@ func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) error {
 			}
 			// An agent's key reads no controller events (tests, sandbox:
 			// the evaluator's view of its work).
-			if ev.Type != deletedEvent && ev.Type != statusEvent && !(scoped && api.ControllerOwned(ev.Type)) {
+			if ev.Type != deletedEvent && ev.Type != statusEvent && !(scoped && store.ControllerOwned(ev.Type)) {
 				out = append(out, toEvent(ev, versions))
 			}
 		}

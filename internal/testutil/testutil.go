@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
 )
 
@@ -55,7 +56,13 @@ func FreeAddr(t testing.TB) string {
 // test ends.
 func SQLite(t testing.TB) *sqlite.Store {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
+	return ObservedSQLite(t, nil)
+}
+
+// ObservedSQLite is SQLite whose writes obs observes (nil: none).
+func ObservedSQLite(t testing.TB, obs store.Observer) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}

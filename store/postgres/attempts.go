@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -242,7 +241,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 		b.Queue(`UPDATE attempts SET status = $3, ended_at = $4, error = $5
 			WHERE rollout_id = $1 AND id = $2 AND status = 'running'`, rolloutID, attemptID, string(status), t, errMsg)
 		b.Queue(`SELECT data FROM events WHERE rollout_id = $1 AND attempt_id = $2
-			AND type = 'reward' ORDER BY seq DESC`, rolloutID, attemptID)
+			AND type = 'reward' ORDER BY seq`, rolloutID, attemptID)
 		br := tx.SendBatch(ctx, b)
 		r, lockErr := scanLock(br.QueryRow(), rolloutID, attemptID)
 		if _, err := br.Exec(); err != nil {
@@ -266,7 +265,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 			return lockErr
 		}
 		rw := &rewardSet{}
-		if v, d, ok := api.RewardSummary(datas); ok {
+		if v, d, ok := store.RewardSummary(datas); ok {
 			rw.value, rw.data = &v, []byte(d)
 		}
 		next, msg := store.AttemptOutcome(r, status, errMsg)
@@ -337,8 +336,8 @@ func (s *Store) AttemptByKey(ctx context.Context, rolloutID, attemptID, key stri
 	return a, nil
 }
 
-// Reap ends attempts that stopped heart-beating or ran past their timeout.
-func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
+// reap is Reap without telling the Observer.
+func (s *Store) reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
 	var res store.ReapResult
 	if err := s.check(); err != nil {
 		return res, err

@@ -16,10 +16,8 @@ import (
 // MaxEventBatch bounds how many events one AppendEvents call may carry.
 const MaxEventBatch = 10000
 
-// AppendEvents appends events to a running attempt, atomically and in
-// order. Concurrent calls share transactions (store.GroupCommit): each
-// returns once the transaction holding its events committed.
-func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
+// appendEvents is AppendEvents without telling the Observer.
+func (s *Store) appendEvents(ctx context.Context, rolloutID, attemptID string, evs []store.NewEvent) ([]store.Event, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}

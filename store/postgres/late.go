@@ -10,8 +10,8 @@ import (
 
 var _ store.LateWriter = (*Store)(nil)
 
-// AppendLateEvents implements store.LateWriter.
-func (s *Store) AppendLateEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) ([]store.Event, error) {
+// appendLateEvents is AppendLateEvents without telling the Observer.
+func (s *Store) appendLateEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) ([]store.Event, error) {
 	if len(in) > MaxEventBatch {
 		return nil, store.Errorf(store.ErrInvalid, "%d events in one batch, more than %d", len(in), MaxEventBatch)
 	}

@@ -38,6 +38,7 @@ type Store struct {
 	events *store.GroupCommit // batches concurrent AppendEvents into shared transactions
 	bases  *store.Bases       // what model_request events are stored against (store/codec.go)
 	plain  bool               // Options.PlainEvents
+	obs    store.Observer     // Options.Observer, nil for none
 	chg    changes            // LISTEN side of store.Shared (notify.go)
 }
 
@@ -48,6 +49,9 @@ type Options struct {
 	// quadratic in its length): only to measure against. Either way rows
 	// of both forms are read.
 	PlainEvents bool
+	// Observer, when set, hears of every successful event, reaper and
+	// trainer step write.
+	Observer store.Observer
 }
 
 var (
@@ -96,7 +100,7 @@ func OpenOptions(ctx context.Context, url string, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{pool: pool, bases: store.NewBases(store.DefaultBasesBytes), plain: opt.PlainEvents}
+	s := &Store{pool: pool, bases: store.NewBases(store.DefaultBasesBytes), plain: opt.PlainEvents, obs: opt.Observer}
 	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{MaxInFlight: EventWriters})
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()

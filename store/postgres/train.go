@@ -10,9 +10,8 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// PutTrainStep records a trainer step's metrics, replacing an earlier
-// report of the same (run, mode, step).
-func (s *Store) PutTrainStep(ctx context.Context, t store.TrainStep) error {
+// putTrainStep is PutTrainStep without telling the Observer.
+func (s *Store) putTrainStep(ctx context.Context, t store.TrainStep) error {
 	if err := s.check(); err != nil {
 		return err
 	}

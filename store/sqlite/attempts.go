@@ -10,7 +10,6 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
-	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/store"
 )
 
@@ -170,7 +169,7 @@ func (s *Store) CompleteAttempt(ctx context.Context, rolloutID, attemptID string
 
 // setReward stores the attempt's reward summary on its rollout.
 func setReward(ctx context.Context, tx wtx, rolloutID, attemptID string) error {
-	rows, err := tx.QueryContext(ctx, `SELECT data FROM events WHERE rollout_id = ? AND attempt_id = ? AND type = 'reward' ORDER BY seq DESC`,
+	rows, err := tx.QueryContext(ctx, `SELECT data FROM events WHERE rollout_id = ? AND attempt_id = ? AND type = 'reward' ORDER BY seq`,
 		rolloutID, attemptID)
 	if err != nil {
 		return fmt.Errorf("sqlite store: read rewards: %w", err)
@@ -186,7 +185,7 @@ func setReward(ctx context.Context, tx wtx, rolloutID, attemptID string) error {
 	}
 	rows.Close()
 	var reward, data any
-	if v, d, ok := api.RewardSummary(datas); ok {
+	if v, d, ok := store.RewardSummary(datas); ok {
 		reward, data = v, []byte(d)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE rollouts SET reward = ?, reward_data = ? WHERE id = ?`, reward, data, rolloutID); err != nil {
@@ -286,8 +285,8 @@ func (s *Store) Workers(ctx context.Context, since time.Time) ([]store.Worker, e
 	return store.SortWorkers(byID), nil
 }
 
-// Reap implements store.Store.
-func (s *Store) Reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
+// reap is Reap without telling the Observer.
+func (s *Store) reap(ctx context.Context, at time.Time) (store.ReapResult, error) {
 	var res store.ReapResult
 	err := s.endingTx(ctx, func(tx wtx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE status = 'running'`)

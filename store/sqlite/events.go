@@ -28,7 +28,11 @@ func (s *Store) AppendEvents(ctx context.Context, rolloutID, attemptID string, i
 			return nil, err
 		}
 	}
-	return s.events.Append(ctx, rolloutID, attemptID, evs)
+	out, err := s.events.Append(ctx, rolloutID, attemptID, evs)
+	if err == nil && s.obs != nil {
+		s.obs.EventsStored(in)
+	}
+	return out, err
 }
 
 // RecordEvents implements store.EventRecorder: the events are durable
@@ -42,6 +46,9 @@ func (s *Store) RecordEvents(ctx context.Context, rolloutID, attemptID string, i
 			return err
 		}
 		if err := s.journal.record(ctx, rolloutID, attemptID, evs); !errors.Is(err, errJournalOff) {
+			if err == nil && s.obs != nil {
+				s.obs.EventsStored(in)
+			}
 			return err
 		}
 	}

@@ -11,8 +11,8 @@ import (
 
 var _ store.LateWriter = (*Store)(nil)
 
-// AppendLateEvents implements store.LateWriter.
-func (s *Store) AppendLateEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) ([]store.Event, error) {
+// appendLateEvents is AppendLateEvents without telling the Observer.
+func (s *Store) appendLateEvents(ctx context.Context, rolloutID, attemptID string, in []store.NewEvent) ([]store.Event, error) {
 	evs, err := store.ValidateEvents(in, now())
 	if err != nil {
 		return nil, err

@@ -49,6 +49,7 @@ type Store struct {
 	events *store.GroupCommit // batches concurrent AppendEvents into shared transactions
 	bases  *store.Bases       // what model_request events are stored against (store/codec.go)
 	plain  bool               // Options.PlainEvents
+	obs    store.Observer     // Options.Observer, nil for none
 
 	// The WAL is checkpointed in the background (ck, its own connection),
 	// off the commit path; see checkpointLoop.
@@ -86,6 +87,9 @@ type Options struct {
 	// Logger receives warnings (an incomplete journal tail dropped on
 	// open); nil: none.
 	Logger *slog.Logger
+	// Observer, when set, hears of every successful event, reaper and
+	// trainer step write.
+	Observer store.Observer
 
 	recover *Recovery // set by Recover
 }
@@ -193,7 +197,7 @@ func newStore(w, r, ck *sql.DB, path string, opt Options) *Store {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{w: w, r: r, ck: ck, stmts: map[string]*sql.Stmt{}, path: path, log: log,
-		bases: store.NewBases(store.DefaultBasesBytes), plain: opt.PlainEvents,
+		bases: store.NewBases(store.DefaultBasesBytes), plain: opt.PlainEvents, obs: opt.Observer,
 		dirty: make(chan struct{}, 1), ckStop: make(chan struct{}), ckDone: make(chan struct{})}
 	s.events = store.NewGroupCommit(s.commitEvents, store.GroupCommitOptions{})
 	go s.checkpointLoop()

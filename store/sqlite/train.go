@@ -10,8 +10,8 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// PutTrainStep implements store.Store.
-func (s *Store) PutTrainStep(ctx context.Context, t store.TrainStep) error {
+// putTrainStep is PutTrainStep without telling the Observer.
+func (s *Store) putTrainStep(ctx context.Context, t store.TrainStep) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"path/filepath"
@@ -11,7 +11,7 @@ import (
 )
 
 // TestConfigKeysDocumented checks docs/reference/config.md's table, both
-// ways, for the config types that live in package main (the engine and
+// ways, for the config types that live in package app (the engine and
 // policies sections) and controller.kubernetes (decoded only here); the
 // other sections are checked in package config.
 func TestConfigKeysDocumented(t *testing.T) {
@@ -19,8 +19,8 @@ func TestConfigKeysDocumented(t *testing.T) {
 		name string
 		typ  reflect.Type
 	}{
-		{"engine", reflect.TypeFor[engineConfig]()},
-		{"policies", reflect.TypeFor[map[string]policyConfig]()},
+		{"engine", reflect.TypeFor[EngineConfig]()},
+		{"policies", reflect.TypeFor[map[string]PolicyConfig]()},
 		{"controller.kubernetes", reflect.TypeFor[kubernetes.Section]()},
 	}
 	var code []string

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
-	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/dashboard"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/model"
@@ -26,15 +25,15 @@ import (
 
 // Policy kinds of the `policies:` section.
 const (
-	policyTrained  = "trained"  // an embedded model that `agl train` trains
-	policyFrozen   = "frozen"   // an embedded model served, never trained
-	policyUpstream = "upstream" // an OpenAI-compatible server, never trained
-	policyTinker   = "tinker"   // a LoRA trained on a Tinker-compatible service
+	PolicyTrained  = "trained"  // an embedded model that `agl train` trains
+	PolicyFrozen   = "frozen"   // an embedded model served, never trained
+	PolicyUpstream = "upstream" // an OpenAI-compatible server, never trained
+	PolicyTinker   = "tinker"   // a LoRA trained on a Tinker-compatible service
 )
 
-// policyConfig is one entry of the top-level `policies:` section (name →
+// PolicyConfig is one entry of the top-level `policies:` section (name →
 // policy): which agents' calls it answers, and with what.
-type policyConfig struct {
+type PolicyConfig struct {
 	Kind string `yaml:"kind"`
 	// Agents whose calls this policy answers ("" the default agent: a call
 	// that names none).
@@ -48,20 +47,20 @@ type policyConfig struct {
 	Tinker *tinker.Config `yaml:"tinker"`
 }
 
-// policySet is the parsed `policies:` section, names in sorted order.
-type policySet struct {
+// PolicySet is the parsed `policies:` section, names in sorted order.
+type PolicySet struct {
 	names  []string
-	byName map[string]policyConfig
+	byName map[string]PolicyConfig
 	// agentOf maps an agent to its policy's name.
 	agentOf map[string]string
 }
 
-// checkPolicies validates the `policies:` section against the rest of the
+// CheckPolicies validates the `policies:` section against the rest of the
 // config (engine, proxy.agents, trainer.train_agents), so that `agl train`,
 // `agl gateway` and `agl export` refuse a bad one before anything runs.
 // With needTrained (agl train) one policy must be of kind trained.
-func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[string]string, trainAgents []string, needTrained bool) (*policySet, error) {
-	set := &policySet{byName: ps, agentOf: map[string]string{}}
+func CheckPolicies(ps map[string]PolicyConfig, ec EngineConfig, proxyAgents map[string]string, trainAgents []string, needTrained bool) (*PolicySet, error) {
+	set := &PolicySet{byName: ps, agentOf: map[string]string{}}
 	for name := range ps {
 		set.names = append(set.names, name)
 	}
@@ -79,24 +78,24 @@ func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[
 			return nil, fmt.Errorf("policies: policy name: %w", err)
 		}
 		switch p.Kind {
-		case policyTrained, policyFrozen:
+		case PolicyTrained, PolicyFrozen:
 			if p.ModelDir == "" || p.Upstream != nil {
 				return nil, fmt.Errorf("policies.%s: a %s policy needs model_dir (and no upstream)", name, p.Kind)
 			}
-			if p.Kind == policyTrained {
+			if p.Kind == PolicyTrained {
 				trained++
 			}
-		case policyUpstream:
+		case PolicyUpstream:
 			if p.Upstream == nil || p.ModelDir != "" {
 				return nil, fmt.Errorf("policies.%s: an upstream policy needs upstream (and no model_dir)", name)
 			}
-		case policyTinker:
+		case PolicyTinker:
 			if p.Tinker == nil || p.ModelDir == "" || p.Upstream != nil {
 				return nil, fmt.Errorf("policies.%s: a tinker policy needs tinker and model_dir (the tokenizer and chat template; no upstream)", name)
 			}
 			trained++
 		default:
-			return nil, fmt.Errorf("policies.%s: kind %q: want %s, %s, %s or %s", name, p.Kind, policyTrained, policyFrozen, policyUpstream, policyTinker)
+			return nil, fmt.Errorf("policies.%s: kind %q: want %s, %s, %s or %s", name, p.Kind, PolicyTrained, PolicyFrozen, PolicyUpstream, PolicyTinker)
 		}
 		if len(p.Agents) == 0 {
 			return nil, fmt.Errorf("policies.%s: no agents (\"\" is the default agent)", name)
@@ -114,7 +113,7 @@ func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[
 		}
 	}
 	if trained == 0 && needTrained {
-		return nil, fmt.Errorf("policies: no policy of kind %s: nothing to train", policyTrained)
+		return nil, fmt.Errorf("policies: no policy of kind %s: nothing to train", PolicyTrained)
 	}
 	models := make([]string, 0, len(proxyAgents))
 	for m := range proxyAgents {
@@ -129,18 +128,21 @@ func checkPolicies(ps map[string]policyConfig, ec engineConfig, proxyAgents map[
 	return set, nil
 }
 
-// trainedAgents lists the agents of policy name (sorted).
-func (s *policySet) agents(name string) []string {
+// Names lists the policies' names (sorted).
+func (s *PolicySet) Names() []string { return slices.Clone(s.names) }
+
+// Agents lists the agents of policy name (sorted).
+func (s *PolicySet) Agents(name string) []string {
 	a := slices.Clone(s.byName[name].Agents)
 	slices.Sort(a)
 	return a
 }
 
-// trained lists the names of the trained policies (sorted).
-func (s *policySet) trained() []string {
+// Trained lists the names of the trained policies (sorted).
+func (s *PolicySet) Trained() []string {
 	var out []string
 	for _, n := range s.names {
-		if k := s.byName[n].Kind; k == policyTrained || k == policyTinker {
+		if k := s.byName[n].Kind; k == PolicyTrained || k == PolicyTinker {
 			out = append(out, n)
 		}
 	}
@@ -197,7 +199,7 @@ func (s *served) close() {
 // train run, at the version it reached) when it holds the policy, else on
 // their model_dir's at version 1.
 type trainOpts struct {
-	ec        engineConfig
+	ec        EngineConfig
 	tc        trainer.Config
 	resume    bool
 	ckpt      string
@@ -253,7 +255,7 @@ func (o trainOpts) trained(ctx context.Context, st store.Store, sv *served, name
 			return nil, nil, err
 		}
 	}
-	eng, err := model.NewEngine(gm, w, version, o.ec.engineOptions(name))
+	eng, err := model.NewEngine(gm, w, version, o.ec.EngineOptions(name))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -291,7 +293,7 @@ func (o trainOpts) single(ctx context.Context, st store.Store, name string, vers
 // with its own weights, optimizer state, engine and versions; frozen ones
 // as engines that are never swapped; upstream ones as upstream backends.
 // Calls reach them by agent (proxy.AgentRouter).
-func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, state trainer.State) (*served, error) {
+func (o trainOpts) multi(ctx context.Context, st store.Store, set *PolicySet, state trainer.State) (*served, error) {
 	sv := &served{}
 	byAgent := map[string]proxy.Backend{}
 	var def string // the agent whose backend answers ModelName and count_tokens
@@ -300,32 +302,32 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 		pc := set.byName[name]
 		var b proxy.Backend
 		switch pc.Kind {
-		case policyTrained, policyFrozen:
+		case PolicyTrained, PolicyFrozen:
 			f, err := chat.LoadDir(pc.ModelDir)
 			if err != nil {
 				return sv, fmt.Errorf("policy %s: %w", name, err)
 			}
 			var eng *model.Engine
-			if pc.Kind == policyTrained && firstTrained {
+			if pc.Kind == PolicyTrained && firstTrained {
 				// The first trained policy answers count_tokens and
 				// names the tokenizer of the dashboard's token view.
 				def, sv.format, firstTrained = pc.Agents[0], f, false
 			}
-			if pc.Kind == policyTrained && !o.serveOnly {
+			if pc.Kind == PolicyTrained && !o.serveOnly {
 				p, e, err := o.trained(ctx, st, sv, name, pc.ModelDir, filepath.Join(o.ckpt, trainer.PolicyDir(name)),
 					trainer.PolicyVersion(state, name))
 				if err != nil {
 					return sv, err
 				}
 				eng = e
-				sv.pols = append(sv.pols, trainer.TrainedPolicy{Name: name, Agents: set.agents(name), Named: true, Policy: p})
+				sv.pols = append(sv.pols, trainer.TrainedPolicy{Name: name, Agents: set.Agents(name), Named: true, Policy: p})
 			} else {
 				dir, version := pc.ModelDir, int64(1)
-				if d := filepath.Join(o.ckpt, trainer.PolicyDir(name)); pc.Kind == policyTrained && o.ckpt != "" && fileExists(filepath.Join(d, "model.safetensors")) {
+				if d := filepath.Join(o.ckpt, trainer.PolicyDir(name)); pc.Kind == PolicyTrained && o.ckpt != "" && fileExists(filepath.Join(d, "model.safetensors")) {
 					// agl gateway after agl train: the run's trained weights.
 					dir, version = d, trainer.PolicyVersion(state, name)
 				}
-				if eng, err = model.OpenEngine(dir, o.ec.Backend, version, o.ec.engineOptions(name)); err != nil {
+				if eng, err = model.OpenEngine(dir, o.ec.Backend, version, o.ec.EngineOptions(name)); err != nil {
 					return sv, fmt.Errorf("policy %s: %w", name, err)
 				}
 				sv.engines = append(sv.engines, eng)
@@ -342,7 +344,7 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 				sv.tokenizers = map[string]dashboard.Decoder{}
 			}
 			sv.tokenizers[name] = f.Tokenizer()
-		case policyTinker:
+		case PolicyTinker:
 			if o.serveOnly {
 				return sv, fmt.Errorf("policy %s: agl gateway does not serve a tinker policy; agl train does", name)
 			}
@@ -359,7 +361,7 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 				return sv, fmt.Errorf("policy %s: %w", name, err)
 			}
 			sv.tinkers = append(sv.tinkers, p)
-			sv.pols = append(sv.pols, trainer.TrainedPolicy{Name: name, Agents: set.agents(name), Named: true, Policy: p})
+			sv.pols = append(sv.pols, trainer.TrainedPolicy{Name: name, Agents: set.Agents(name), Named: true, Policy: p})
 			if _, err := st.RegisterModel(ctx, store.Model{Name: name, Version: version}); err != nil && !errors.Is(err, store.ErrConflict) {
 				return sv, err
 			}
@@ -371,7 +373,7 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 				sv.tokenizers = map[string]dashboard.Decoder{}
 			}
 			sv.tokenizers[name] = f.Tokenizer()
-		case policyUpstream:
+		case PolicyUpstream:
 			cl, err := upstream.New(*pc.Upstream)
 			if err != nil {
 				return sv, fmt.Errorf("policy %s: upstream: %w", name, err)
@@ -393,43 +395,15 @@ func (o trainOpts) multi(ctx context.Context, st store.Store, set *policySet, st
 	return sv, nil
 }
 
-// openPolicies serves the `policies:` section for `agl gateway`: every
-// agent's calls go to its policy (frozen ones on their model_dir's
-// weights, relative to base, the config file's folder as in agl train;
-// trained ones on the data dir's checkpoint of an agl train run when it
-// holds them, at the version the run reached, unless warmStart, else on
-// their model_dir's; upstream ones to their servers). Nothing trains
-// here. It returns nil when the config has no policies.
-func openPolicies(ctx context.Context, c config.Config, base string, warmStart bool, st store.Store, log *slog.Logger) (*llm, error) {
-	var pols map[string]policyConfig
-	if err := c.Section("policies", &pols); err != nil {
-		return nil, err
-	}
-	if pols == nil {
-		return nil, nil
-	}
-	var ec engineConfig
-	var pc proxy.Config
-	for name, v := range map[string]any{"engine": &ec, "proxy": &pc} {
-		if err := c.Section(name, v); err != nil {
-			return nil, err
-		}
-	}
-	pc.MaxAbsReward = c.Gateway.MaxAbsReward
-	pc.StoredCallBytes, pc.StoredAttemptBytes = c.Gateway.MaxStoredCallBytes, c.Gateway.MaxStoredAttemptBytes
-	if err := pc.Validate(); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	set, err := checkPolicies(pols, ec, pc.Agents, nil, false)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	for _, n := range set.names {
-		if p := set.byName[n]; p.ModelDir != "" && !filepath.IsAbs(p.ModelDir) {
-			p.ModelDir = filepath.Join(base, p.ModelDir)
-			set.byName[n] = p
-		}
-	}
+// openPolicies serves the `policies:` section (set) for `agl gateway`:
+// every agent's calls go to its policy (frozen ones on their model_dir's
+// weights; trained ones on the data dir's checkpoint of an agl train run
+// when it holds them, at the version the run reached, unless warmStart,
+// else on their model_dir's; upstream ones to their servers). Nothing
+// trains here.
+func openPolicies(ctx context.Context, c Config, set *PolicySet, warmStart bool, st store.Store, log *slog.Logger) (*LLM, error) {
+	var err error
+	ec, pc := c.Engine, c.Proxy
 	o, state := trainOpts{ec: ec, serveOnly: true}, trainer.State{Version: 1}
 	if ckpt := trainer.CheckpointDir(c.DataDir); !warmStart && fileExists(filepath.Join(ckpt, "state.json")) {
 		if state, err = trainer.LoadState(ckpt); err != nil {
@@ -443,7 +417,7 @@ func openPolicies(ctx context.Context, c config.Config, base string, warmStart b
 		return nil, err
 	}
 	for _, n := range set.names {
-		args := []any{"policy", n, "kind", set.byName[n].Kind, "agents", set.agents(n)}
+		args := []any{"policy", n, "kind", set.byName[n].Kind, "agents", set.Agents(n)}
 		for _, w := range sv.weights {
 			if w.policy == n {
 				args = append(args, "weights", w.dir, "version", w.version)
@@ -451,5 +425,5 @@ func openPolicies(ctx context.Context, c config.Config, base string, warmStart b
 		}
 		log.Info("policy served", args...)
 	}
-	return &llm{Proxy: proxy.New(pc, st, sv.backend), Format: sv.format, engines: sv.engines, tokenizers: sv.tokenizers}, nil
+	return &LLM{Proxy: proxy.New(pc, st, sv.backend), Format: sv.format, engines: sv.engines, tokenizers: sv.tokenizers}, nil
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/chat"
-	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/dashboard"
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/model"
@@ -15,10 +14,10 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// engineConfig is the `engine:` config section: what generates tokens.
+// EngineConfig is the `engine:` config section: what generates tokens.
 // Exactly one of ModelDir (the embedded model) and Upstream (vLLM/SGLang
 // OpenAI-compatible servers) may be set; neither serves no LLM routes.
-type engineConfig struct {
+type EngineConfig struct {
 	// ModelDir holds config.json, model.safetensors, tokenizer.json.
 	ModelDir string `yaml:"model_dir"`
 	// Backend is the GoMLX backend for generation and training ("": the
@@ -32,11 +31,11 @@ type engineConfig struct {
 	MaxContext int `yaml:"max_context"`
 	// Version is the weights version the model dir holds (default 1).
 	Version  int64            `yaml:"version"`
-	Upstream *upstreamSection `yaml:"upstream"`
+	Upstream *UpstreamSection `yaml:"upstream"`
 }
 
-// engineOptions are the embedded engine's options from the config.
-func (ec engineConfig) engineOptions(name string) model.EngineOptions {
+// EngineOptions are the embedded engine's options from the config.
+func (ec EngineConfig) EngineOptions(name string) model.EngineOptions {
 	return model.EngineOptions{Name: name, MaxBatch: ec.MaxBatch, MaxContext: ec.MaxContext}
 }
 
@@ -50,13 +49,13 @@ func logContext(log *slog.Logger, eng *model.Engine) {
 	log.Info("embedded engine context", args...)
 }
 
-// llm is what serving a model needs: the proxy and, for the embedded
+// LLM is what serving a model needs: the proxy and, for the embedded
 // model, the engine (so a trainer can swap its weights).
-type llm struct {
+type LLM struct {
 	Proxy  *proxy.Proxy
 	Engine *model.Engine // nil for upstreams
 	// engines are the policies' embedded engines (policies:), closed with
-	// close.
+	// Close.
 	engines []*model.Engine
 	// tokenizers decode each policy's calls in the dashboard (policies:).
 	tokenizers map[string]dashboard.Decoder
@@ -68,8 +67,8 @@ type llm struct {
 	ModelSync time.Duration
 }
 
-// close closes the embedded engines.
-func (l *llm) close() {
+// Close closes the embedded engines.
+func (l *LLM) Close() {
 	if l.Engine != nil {
 		l.Engine.Close()
 	}
@@ -78,18 +77,9 @@ func (l *llm) close() {
 	}
 }
 
-// openLLM builds the proxy for the configured engine, or nil when none is.
-func openLLM(ctx context.Context, c config.Config, st store.Store, log *slog.Logger) (*llm, error) {
-	var ec engineConfig
-	if err := c.Section("engine", &ec); err != nil {
-		return nil, err
-	}
-	var pc proxy.Config
-	if err := c.Section("proxy", &pc); err != nil {
-		return nil, err
-	}
-	pc.MaxAbsReward = c.Gateway.MaxAbsReward
-	pc.StoredCallBytes, pc.StoredAttemptBytes = c.Gateway.MaxStoredCallBytes, c.Gateway.MaxStoredAttemptBytes
+// OpenLLM builds the proxy for the configured engine, or nil when none is.
+func OpenLLM(ctx context.Context, c Config, st store.Store, log *slog.Logger) (*LLM, error) {
+	ec, pc := c.Engine, c.Proxy
 	if err := pc.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -104,19 +94,19 @@ func openLLM(ctx context.Context, c config.Config, st store.Store, log *slog.Log
 		if ec.Version == 0 {
 			ec.Version = 1
 		}
-		eng, err := model.OpenEngine(ec.ModelDir, ec.Backend, ec.Version, ec.engineOptions(ec.Name))
+		eng, err := model.OpenEngine(ec.ModelDir, ec.Backend, ec.Version, ec.EngineOptions(ec.Name))
 		if err != nil {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 		log.Info("embedded model loaded", "dir", ec.ModelDir, "name", eng.ModelName(), "version", ec.Version)
 		logContext(log, eng)
-		return &llm{Proxy: proxy.New(pc, st, proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)), Engine: eng, Format: f}, nil
+		return &LLM{Proxy: proxy.New(pc, st, proxy.NewTokenBackend(eng, f, f.Tokenizer(), 0)), Engine: eng, Format: f}, nil
 	case ec.Upstream != nil:
 		cl, err := upstream.New(ec.Upstream.Config)
 		if err != nil {
 			return nil, fmt.Errorf("engine upstream: %w", err)
 		}
-		l := &llm{Upstream: cl, ModelSync: ec.Upstream.RegistryPoll}
+		l := &LLM{Upstream: cl, ModelSync: ec.Upstream.RegistryPoll}
 		m := ec.Upstream.Models[0]
 		switch m.EffectiveMode() {
 		case upstream.ModeToken:
@@ -138,9 +128,9 @@ func openLLM(ctx context.Context, c config.Config, st store.Store, log *slog.Log
 	return nil, nil
 }
 
-// upstreamSection is the `engine.upstream` section: upstream.Config and
+// UpstreamSection is the `engine.upstream` section: upstream.Config and
 // how often the model registry is re-read for the live routing table.
-type upstreamSection struct {
+type UpstreamSection struct {
 	upstream.Config `yaml:",inline"`
 	// RegistryPoll is how often the model registry is re-read (default
 	// proxy.DefaultModelSync; a registration through this gateway applies
