@@ -17,10 +17,11 @@ import (
 // fxRun is one captured CLI request sent through the gateway: what the
 // checks of TestCLIRequestFields look at.
 type fxRun struct {
-	body   map[string]any // the captured request body
-	mc     api.ModelCall  // its model_request event
-	prompt string         // the prompt ids the engine got, decoded
-	answer string         // the gateway's (streamed) answer
+	body    map[string]any    // the captured request body
+	headers map[string]string // its headers
+	mc      api.ModelCall     // its model_request event
+	prompt  string            // the prompt ids the engine got, decoded
+	answer  string            // the gateway's (streamed) answer
 }
 
 func (r *fxRun) ignored(t *testing.T, prefix string) {
@@ -514,6 +515,7 @@ var opaqueFields = map[string]bool{
 	"messages[].content[].input":                          true,
 	"tools[].functionDeclarations[].parametersJsonSchema": true, "generationConfig.thinkingConfig": true,
 	"contents[].parts[].functionCall.args": true, "contents[].parts[].functionResponse.response": true,
+	"tools[].function.parameters": true, "tools[].functionDeclarations[].parameters": true,
 }
 
 // TestCLIRequestFields replays both turns of one real run of Claude Code
@@ -529,13 +531,7 @@ var opaqueFields = map[string]bool{
 func TestCLIRequestFields(t *testing.T) {
 	for _, fx := range cliFixtures {
 		t.Run(fx.cli, func(t *testing.T) {
-			checks := claudeCodeFields
-			switch fx.cli {
-			case "codex":
-				checks = codexFields
-			case "gemini-cli":
-				checks = geminiCLIFields
-			}
+			checks := fx.fields
 			var fs [2]cliFixture
 			var bodies [2]map[string]any
 			paths := map[string]bool{}
@@ -594,7 +590,7 @@ func TestCLIRequestFields(t *testing.T) {
 			}
 			slices.Sort(names)
 			for k, mc := range calls {
-				r := &fxRun{body: bodies[k], mc: mc, prompt: e.tmpl.Tokenizer().Decode(mc.PromptIDs), answer: answers[k]}
+				r := &fxRun{body: bodies[k], headers: fs[k].Headers, mc: mc, prompt: e.tmpl.Tokenizer().Decode(mc.PromptIDs), answer: answers[k]}
 				var got any
 				if err := json.Unmarshal(r.mc.Request, &got); err != nil || !reflect.DeepEqual(got, any(r.body)) {
 					t.Fatalf("turn %d: the event's request is not the body as sent (%v)", k+1, err)
