@@ -41,6 +41,7 @@ func TestOpenCodeCLI(t *testing.T) {
 	binDir := testutil.CLIs(t, "opencode")
 	for _, pv := range opencodeProviders {
 		t.Run(pv.name, func(t *testing.T) {
+			t.Parallel() // each mode has its own gateway, store and HOME
 			e := newQwenEnv(t, proxy.Config{}, captureCalls(t, "opencode-"+pv.name))
 			cl := e.claim(t, store.ModeTrain)
 			e.eng.Push(opencodeReplies[:]...)

@@ -47,6 +47,7 @@ func TestQwenCodeCLI(t *testing.T) {
 	bin := filepath.Join(testutil.CLIs(t, "qwen"), "qwen")
 	for _, tc := range qwenCodeAuthTypes {
 		t.Run(tc.authType, func(t *testing.T) {
+			t.Parallel() // each mode has its own gateway, store and HOME
 			e := newQwenEnv(t, proxy.Config{}, captureCalls(t, "qwen-code-"+tc.authType))
 			cl := e.claim(t, store.ModeTrain)
 			e.eng.Push(qwenCodeReplies[:]...)
