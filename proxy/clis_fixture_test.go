@@ -518,15 +518,16 @@ var opaqueFields = map[string]bool{
 	"tools[].function.parameters": true, "tools[].functionDeclarations[].parameters": true,
 }
 
-// TestCLIRequestFields replays both turns of one real run of Claude Code
-// and of Codex (captured from the unmodified CLIs, testdata/*-turn{1,2}.json,
-// headers and query included) through the gateway with the Qwen3 template
+// TestCLIRequestFields replays both turns of one real run of each CLI in
+// cliFixtures, in each API mode (captured from the unmodified CLIs,
+// testdata/*-turn{1,2}.json, headers and query included) through the gateway with the Qwen3 template
 // and the same scripted replies, and checks every field they carry, in a
 // table that must cover each field path of the fixtures: accepted (200,
 // streamed), stored verbatim in the event, and either rendered into the
 // prompt in place (mid-conversation system messages as system turns,
 // namespace functions flattened, tool calls and results) or listed in the
-// event's ignored field (thinking, cache_control, hosted tools, …). Turn 2
+// event's ignored field (thinking, cache_control, hosted tools, …); the
+// table is the CLI's own, or its API shape's (clis_fields_test.go). Turn 2
 // continues turn 1's token state.
 func TestCLIRequestFields(t *testing.T) {
 	for _, fx := range cliFixtures {

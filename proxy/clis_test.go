@@ -105,7 +105,8 @@ func checkCLICalls(t *testing.T, e *env, cl store.Claim, shape string) []api.Mod
 // the attempt's base, headers, body) in front of the gateway. With
 // AGL_CLI_CAPTURE=DIR set, the tests write them to DIR/NAME-turnK.json in
 // the testdata fixture format (the key replaced by "test-key"): how the
-// testdata/*-second.json fixtures were captured.
+// testdata/*-turn{1,2}.json fixtures were captured (then named with the
+// CLI's version).
 // It returns the handler wrapper for newQwenEnv.
 func captureCalls(t *testing.T, name string) func(http.Handler) http.Handler {
 	var mu sync.Mutex
