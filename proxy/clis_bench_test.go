@@ -17,10 +17,11 @@ import (
 	"github.com/aglrl/agl/store"
 )
 
-// BenchmarkCLIFirstTurn measures what the gateway adds to Claude Code's,
-// Codex's and Gemini CLI's first request (the captured fixtures, streamed, headers
-// included): the gateway renders the ~10k-token prompt with the Qwen3
-// template, calls a scripted vLLM-format upstream (/v1/completions with
+// BenchmarkCLIFirstTurn measures what the gateway adds to the first
+// request of each CLI in cliFixtures (Claude Code, Codex, Gemini CLI, and
+// OpenCode and Qwen Code in each API mode; the captured fixtures,
+// streamed, headers included): the gateway renders the 7k-17k-token
+// prompt with the Qwen3 template, calls a scripted vLLM-format upstream (/v1/completions with
 // token-id prompts, a fixed "Hello." reply with log-probs), parses the
 // reply, records the event in SQLite and streams the answer. The baseline
 // is the same request body sent to that upstream directly, in the same run
@@ -120,6 +121,8 @@ func benchCLIFirstTurn(b *testing.B, file string) {
 		prefix = "resp_"
 	case strings.Contains(f.Path, "/v1beta/"):
 		prefix = "gen-"
+	case strings.Contains(f.Path, "/v1/chat/completions"):
+		prefix = "chatcmpl-"
 	}
 	if len(calls) != n+1 || !strings.HasPrefix(calls[0].CallID, prefix) {
 		b.Fatalf("%d events for %d gateway calls", len(calls), n+1)

@@ -17,10 +17,11 @@ import (
 // fxRun is one captured CLI request sent through the gateway: what the
 // checks of TestCLIRequestFields look at.
 type fxRun struct {
-	body   map[string]any // the captured request body
-	mc     api.ModelCall  // its model_request event
-	prompt string         // the prompt ids the engine got, decoded
-	answer string         // the gateway's (streamed) answer
+	body    map[string]any    // the captured request body
+	headers map[string]string // its headers
+	mc      api.ModelCall     // its model_request event
+	prompt  string            // the prompt ids the engine got, decoded
+	answer  string            // the gateway's (streamed) answer
 }
 
 func (r *fxRun) ignored(t *testing.T, prefix string) {
@@ -514,28 +515,24 @@ var opaqueFields = map[string]bool{
 	"messages[].content[].input":                          true,
 	"tools[].functionDeclarations[].parametersJsonSchema": true, "generationConfig.thinkingConfig": true,
 	"contents[].parts[].functionCall.args": true, "contents[].parts[].functionResponse.response": true,
+	"tools[].function.parameters": true, "tools[].functionDeclarations[].parameters": true,
 }
 
-// TestCLIRequestFields replays both turns of one real run of Claude Code
-// and of Codex (captured from the unmodified CLIs, testdata/*-turn{1,2}.json,
-// headers and query included) through the gateway with the Qwen3 template
+// TestCLIRequestFields replays both turns of one real run of each CLI in
+// cliFixtures, in each API mode (captured from the unmodified CLIs,
+// testdata/*-turn{1,2}.json, headers and query included) through the gateway with the Qwen3 template
 // and the same scripted replies, and checks every field they carry, in a
 // table that must cover each field path of the fixtures: accepted (200,
 // streamed), stored verbatim in the event, and either rendered into the
 // prompt in place (mid-conversation system messages as system turns,
 // namespace functions flattened, tool calls and results) or listed in the
-// event's ignored field (thinking, cache_control, hosted tools, …). Turn 2
+// event's ignored field (thinking, cache_control, hosted tools, …); the
+// table is the CLI's own, or its API shape's (clis_fields_test.go). Turn 2
 // continues turn 1's token state.
 func TestCLIRequestFields(t *testing.T) {
 	for _, fx := range cliFixtures {
 		t.Run(fx.cli, func(t *testing.T) {
-			checks := claudeCodeFields
-			switch fx.cli {
-			case "codex":
-				checks = codexFields
-			case "gemini-cli":
-				checks = geminiCLIFields
-			}
+			checks := fx.fields
 			var fs [2]cliFixture
 			var bodies [2]map[string]any
 			paths := map[string]bool{}
@@ -594,7 +591,7 @@ func TestCLIRequestFields(t *testing.T) {
 			}
 			slices.Sort(names)
 			for k, mc := range calls {
-				r := &fxRun{body: bodies[k], mc: mc, prompt: e.tmpl.Tokenizer().Decode(mc.PromptIDs), answer: answers[k]}
+				r := &fxRun{body: bodies[k], headers: fs[k].Headers, mc: mc, prompt: e.tmpl.Tokenizer().Decode(mc.PromptIDs), answer: answers[k]}
 				var got any
 				if err := json.Unmarshal(r.mc.Request, &got); err != nil || !reflect.DeepEqual(got, any(r.body)) {
 					t.Fatalf("turn %d: the event's request is not the body as sent (%v)", k+1, err)

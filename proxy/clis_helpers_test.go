@@ -113,10 +113,29 @@ var cliFixtures = []struct {
 	shape   string
 	turns   [2]string
 	replies [2]chat.Message
+	fields  map[string]func(*testing.T, *fxRun) // TestCLIRequestFields' table
 }{
-	{"claude-code", api.ShapeMessages, [2]string{"claude-code-2.1.328-turn1.json", "claude-code-2.1.328-turn2.json"}, claudeReplies},
-	{"codex", api.ShapeResponses, [2]string{"codex-0.171.0-turn1.json", "codex-0.171.0-turn2.json"}, codexReplies},
-	{"gemini-cli", api.ShapeGenerateContent, [2]string{"gemini-cli-0.61.0-turn1.json", "gemini-cli-0.61.0-turn2.json"}, geminiReplies},
+	{"claude-code", api.ShapeMessages, [2]string{"claude-code-2.1.328-turn1.json", "claude-code-2.1.328-turn2.json"}, claudeReplies, claudeCodeFields},
+	{"codex", api.ShapeResponses, [2]string{"codex-0.171.0-turn1.json", "codex-0.171.0-turn2.json"}, codexReplies, codexFields},
+	{"gemini-cli", api.ShapeGenerateContent, [2]string{"gemini-cli-0.61.0-turn1.json", "gemini-cli-0.61.0-turn2.json"}, geminiReplies, geminiCLIFields},
+	{"opencode-openai-compatible", api.ShapeChatCompletions, opencodeTurns("openai-compatible"), opencodeReplies, chatFields},
+	{"opencode-openai", api.ShapeResponses, opencodeTurns("openai"), opencodeReplies, responsesFields},
+	{"opencode-anthropic", api.ShapeMessages, opencodeTurns("anthropic"), opencodeReplies, messagesFields},
+	{"opencode-google", api.ShapeGenerateContent, opencodeTurns("google"), opencodeReplies, generateContentFields},
+	{"qwen-code-openai", api.ShapeChatCompletions, qwenCodeTurns("openai"), qwenCodeReplies, chatFields},
+	{"qwen-code-openai-responses", api.ShapeResponses, qwenCodeTurns("openai-responses"), qwenCodeReplies, responsesFields},
+	{"qwen-code-anthropic", api.ShapeMessages, qwenCodeTurns("anthropic"), qwenCodeReplies, messagesFields},
+	{"qwen-code-gemini", api.ShapeGenerateContent, qwenCodeTurns("gemini"), qwenCodeReplies, generateContentFields},
+}
+
+// opencodeTurns and qwenCodeTurns name the fixtures of one API mode of
+// OpenCode 1.18.33 (its provider) and Qwen Code 0.24.4 (its auth type).
+func opencodeTurns(provider string) [2]string {
+	return [2]string{"opencode-1.18.33-" + provider + "-turn1.json", "opencode-1.18.33-" + provider + "-turn2.json"}
+}
+
+func qwenCodeTurns(authType string) [2]string {
+	return [2]string{"qwen-code-0.24.4-" + authType + "-turn1.json", "qwen-code-0.24.4-" + authType + "-turn2.json"}
 }
 
 // The scripted model of the CLI tests: think, call the CLI's own shell

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,8 +88,13 @@ func checkCLICalls(t *testing.T, e *env, cl store.Claim, shape string) []api.Mod
 	added := e.tmpl.Tokenizer().Decode(calls[1].PromptIDs[len(calls[0].PromptIDs)+len(calls[0].ResponseIDs):])
 	_, resp, _ := strings.Cut(added, "<tool_response>")
 	resp, _, _ = strings.Cut(resp, "</tool_response>")
-	// Gemini CLI reports a command's output as "Output: 5".
-	if !slices.ContainsFunc(strings.Split(resp, "\n"), func(l string) bool { return strings.TrimPrefix(l, "Output: ") == "5" }) {
+	// Gemini CLI reports a command's output as "Output: 5"; OpenCode's
+	// Gemini provider as a functionResponse {"name": …, "content": "5\n"}.
+	var fr struct{ Content string }
+	if json.Unmarshal([]byte(strings.TrimSpace(resp)), &fr) == nil && fr.Content != "" {
+		resp = fr.Content
+	}
+	if !hasLine5(resp) {
 		t.Errorf("the second call's new prompt tokens hold no tool response with a line 5: %q", added)
 	}
 	t.Logf("first prompt %d tokens, second %d (+%d new); ignored: %q", len(calls[0].PromptIDs), len(calls[1].PromptIDs), len(calls[1].PromptIDs)-len(calls[0].PromptIDs)-len(calls[0].ResponseIDs), calls[0].Ignored)
@@ -101,7 +105,8 @@ func checkCLICalls(t *testing.T, e *env, cl store.Claim, shape string) []api.Mod
 // the attempt's base, headers, body) in front of the gateway. With
 // AGL_CLI_CAPTURE=DIR set, the tests write them to DIR/NAME-turnK.json in
 // the testdata fixture format (the key replaced by "test-key"): how the
-// testdata/*-second.json fixtures were captured.
+// testdata/*-turn{1,2}.json fixtures were captured (then named with the
+// CLI's version).
 // It returns the handler wrapper for newQwenEnv.
 func captureCalls(t *testing.T, name string) func(http.Handler) http.Handler {
 	var mu sync.Mutex
@@ -114,7 +119,7 @@ func captureCalls(t *testing.T, name string) func(http.Handler) http.Handler {
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			if r.Method == http.MethodPost && json.Valid(body) && (strings.Contains(r.URL.Path, "/v1/messages") || strings.Contains(r.URL.Path, "/v1/responses") || strings.Contains(r.URL.Path, "/v1beta/")) {
+			if r.Method == http.MethodPost && json.Valid(body) && (strings.Contains(r.URL.Path, "/v1/messages") || strings.Contains(r.URL.Path, "/v1/chat/completions") || strings.Contains(r.URL.Path, "/v1/responses") || strings.Contains(r.URL.Path, "/v1beta/")) {
 				h := map[string]string{}
 				for k, v := range r.Header {
 					switch strings.ToLower(k) {
