@@ -24,9 +24,12 @@ func Layers() [][]string {
 		// Samples from events; shared test kits.
 		{"samples", "store/storetest", "internal/testutil"},
 		// The parts of the system.
-		{"proxy", "gateway", "gateway/al", "otlp", "metrics", "dashboard", "controller", "trainer"},
-		// Parts built on a part.
-		{"controller/kubernetes", "trainer/embedded"},
+		{"proxy", "gateway", "otlp", "metrics", "dashboard", "controller", "trainer"},
+		// Parts built on a part (Agent Lightning's API on the proxy; the
+		// policies the trainer drives; the controller on Kubernetes).
+		{"gateway/al", "controller/kubernetes", "trainer/embedded", "trainer/tinker"},
+		// A loopback stand-in of a service, built on its client.
+		{"trainer/tinker/tinkertest"},
 		// The assembly of one config.
 		{"app"},
 		// Commands, examples and end-to-end tests.
