@@ -171,14 +171,14 @@ type Encoding struct {
 // e was encoded against a base holding the same ids and request (or
 // both against none): the encoding depends on the base's content only,
 // so the form is the same but for the base's sequence number.
-func (e *Encoding) reuse(base *CallBase, agent string) (Encoding, bool) {
-	if !e.coded || e.agent != agent || (e.base == nil) != (base == nil) {
+func (e *Encoding) reuse(base *CallBase) (Encoding, bool) {
+	if (e.base == nil) != (base == nil) {
 		return Encoding{}, false
 	}
 	if base != nil && (!bytes.Equal(e.base.IDs, base.IDs) || !bytes.Equal(e.base.Request, base.Request)) {
 		return Encoding{}, false
 	}
-	out := Encoding{Data: e.Data, agent: agent, base: base, coded: true}
+	out := Encoding{Data: e.Data, agent: e.agent, base: base, coded: true}
 	if base != nil && Encoded(e.Data) {
 		out.Data = withBaseSeq(e.Data, base.Seq)
 	}
@@ -197,6 +197,12 @@ func (b *EncodeBatch) Encode(rid, aid string, e NewEvent) Encoding {
 	if e.Type != EventModelRequest {
 		return Encoding{Data: data}
 	}
+	if e.Encoded != nil && e.Encoded.coded {
+		// The writer found the event's agent: no need to scan it.
+		if en, ok := e.Encoded.reuse(b.base(baseKey{rid, aid, e.Encoded.agent})); ok {
+			return en
+		}
+	}
 	var holes []span
 	var agent string
 	ok := false
@@ -212,20 +218,24 @@ func (b *EncodeBatch) Encode(rid, aid string, e NewEvent) Encoding {
 		agent = string(ag)
 	}
 	k := baseKey{rid, aid, agent}
-	base := b.pending[k]
-	if base == nil {
-		base = b.c.latest(k)
-	}
-	if base == nil && b.src != nil {
-		base = b.c.load(k, b.src)
-	}
-	if e.Encoded != nil {
-		if en, ok := e.Encoded.reuse(base, k.agent); ok {
-			return en
-		}
-	}
+	base := b.base(k)
 	stored, self := encodeScanned(data, holes, base)
 	return Encoding{Data: stored, self: self, agent: k.agent, base: base, coded: true}
+}
+
+// base returns the latest call of k: stored earlier in this batch,
+// cached, or read from the batch's BaseSource; nil when there is none.
+func (b *EncodeBatch) base(k baseKey) *CallBase {
+	if base := b.pending[k]; base != nil {
+		return base
+	}
+	if base := b.c.latest(k); base != nil {
+		return base
+	}
+	if b.src != nil {
+		return b.c.load(k, b.src)
+	}
+	return nil
 }
 
 // load finds the latest committed call of k in src and caches it (with

@@ -413,7 +413,7 @@ func TestEncodeReusesWritersEncoding(t *testing.T) {
 			base = nil
 			st.Forget("r", "a")
 		}
-		if _, ok := enc.reuse(base, ""); ok != (i != 4) {
+		if _, ok := enc.reuse(base); ok != (i != 4) {
 			t.Fatalf("call %d: reused %v, want %v", i, ok, i != 4)
 		}
 		if base != nil {
@@ -421,12 +421,9 @@ func TestEncodeReusesWritersEncoding(t *testing.T) {
 				"other ids":     {Seq: base.Seq, IDs: append(bytes.Clone(base.IDs), '9'), Request: base.Request},
 				"other request": {Seq: base.Seq, IDs: base.IDs, Request: append(bytes.Clone(base.Request), ' ')},
 			} {
-				if _, ok := enc.reuse(other, ""); ok {
+				if _, ok := enc.reuse(other); ok {
 					t.Fatalf("call %d: reused against a base with %s", i, name)
 				}
-			}
-			if _, ok := enc.reuse(base, "b"); ok {
-				t.Fatalf("call %d: reused for another agent", i)
 			}
 		}
 		want := st.Batch().Encode("r", "a", ev)
