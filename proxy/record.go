@@ -119,6 +119,8 @@ func (p *Proxy) store(ctx context.Context, c *call, data []byte, lay *store.Call
 	if aerr := p.usage.store(p.cfg, c.target, int64(len(enc.Data))); aerr != nil {
 		return aerr
 	}
+	// The store reuses this encoding where its base is the same call.
+	evs[0].Encoded = &enc
 	var err error
 	if r, ok := p.st.(store.EventRecorder); ok {
 		err = r.RecordEvents(ctx, c.target.RolloutID, c.target.AttemptID, evs)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"container/list"
 	"fmt"
 	"sync"
@@ -162,6 +163,30 @@ type Encoding struct {
 	Data  []byte // the stored form
 	self  *CallBase
 	agent string
+	base  *CallBase // what Data was encoded against; nil: none
+	coded bool      // a model_request event, encoded (see EncodeEvent)
+}
+
+// reuse returns e's stored form encoded against base (its Seq set) when
+// e was encoded against a base holding the same ids and request (or
+// both against none): the encoding depends on the base's content only,
+// so the form is the same but for the base's sequence number.
+func (e *Encoding) reuse(base *CallBase) (Encoding, bool) {
+	if (e.base == nil) != (base == nil) {
+		return Encoding{}, false
+	}
+	if base != nil && (!bytes.Equal(e.base.IDs, base.IDs) || !bytes.Equal(e.base.Request, base.Request)) {
+		return Encoding{}, false
+	}
+	out := Encoding{Data: e.Data, agent: e.agent, base: base, coded: true}
+	if base != nil && Encoded(e.Data) {
+		out.Data = withBaseSeq(e.Data, base.Seq)
+	}
+	if e.self != nil {
+		// The writer's own copy gets the writer's sequence number.
+		out.self = &CallBase{IDs: e.self.IDs, Request: e.self.Request}
+	}
+	return out, true
 }
 
 // Encode returns the stored form of event e of attempt (rid, aid), found
@@ -171,6 +196,12 @@ func (b *EncodeBatch) Encode(rid, aid string, e NewEvent) Encoding {
 	data := e.Data
 	if e.Type != EventModelRequest {
 		return Encoding{Data: data}
+	}
+	if e.Encoded != nil && e.Encoded.coded {
+		// The writer found the event's agent: no need to scan it.
+		if en, ok := e.Encoded.reuse(b.base(baseKey{rid, aid, e.Encoded.agent})); ok {
+			return en
+		}
 	}
 	var holes []span
 	var agent string
@@ -187,15 +218,24 @@ func (b *EncodeBatch) Encode(rid, aid string, e NewEvent) Encoding {
 		agent = string(ag)
 	}
 	k := baseKey{rid, aid, agent}
-	base := b.pending[k]
-	if base == nil {
-		base = b.c.latest(k)
-	}
-	if base == nil && b.src != nil {
-		base = b.c.load(k, b.src)
-	}
+	base := b.base(k)
 	stored, self := encodeScanned(data, holes, base)
-	return Encoding{Data: stored, self: self, agent: k.agent}
+	return Encoding{Data: stored, self: self, agent: k.agent, base: base, coded: true}
+}
+
+// base returns the latest call of k: stored earlier in this batch,
+// cached, or read from the batch's BaseSource; nil when there is none.
+func (b *EncodeBatch) base(k baseKey) *CallBase {
+	if base := b.pending[k]; base != nil {
+		return base
+	}
+	if base := b.c.latest(k); base != nil {
+		return base
+	}
+	if b.src != nil {
+		return b.c.load(k, b.src)
+	}
+	return nil
 }
 
 // load finds the latest committed call of k in src and caches it (with

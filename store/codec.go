@@ -107,6 +107,20 @@ func BaseSeq(stored []byte) int64 {
 	return int64(v)
 }
 
+// withBaseSeq returns a copy of the encoded form stored naming base seq
+// instead of the one it names.
+func withBaseSeq(stored []byte, seq int64) []byte {
+	_, n := binary.Uvarint(stored[4:])
+	if n <= 0 {
+		return stored
+	}
+	rest := stored[4+n:]
+	out := make([]byte, 4, 4+binary.MaxVarintLen64+len(rest))
+	copy(out, stored[:4])
+	out = binary.AppendUvarint(out, uint64(seq))
+	return append(out, rest...)
+}
+
 // span is a top-level field's value within an event's JSON.
 type span struct {
 	kind       byte

@@ -387,3 +387,63 @@ func TestReassemblyCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestEncodeReusesWritersEncoding: a call that carries the writer's own
+// encoding (NewEvent.Encoded, the gateway's size measure) is stored as
+// the store would encode it itself, naming the store's base, and the
+// writer's encoding is reused only where the two bases hold the same
+// call.
+func TestEncodeReusesWritersEncoding(t *testing.T) {
+	writer, st := NewBases(1<<20), NewBases(1<<20)
+	var prompt []int32
+	for i := 1; i <= 6; i++ {
+		prompt = append(prompt, int32(10*i), int32(10*i+1))
+		ev := NewEvent{Type: EventModelRequest, Data: callJSON("", prompt, []int32{7, 8}, i, "")}
+		wb := writer.Batch()
+		enc := wb.Encode("r", "a", ev)
+		wb.Stored("r", "a", enc, int64(1000+i))
+		wb.Commit()
+
+		k := baseKey{"r", "a", ""}
+		base := st.latest(k)
+		if i == 4 {
+			// The store missed the writer's last call: its base is an
+			// older one, which the writer's encoding cannot be reused
+			// against.
+			base = nil
+			st.Forget("r", "a")
+		}
+		if _, ok := enc.reuse(base); ok != (i != 4) {
+			t.Fatalf("call %d: reused %v, want %v", i, ok, i != 4)
+		}
+		if base != nil {
+			for name, other := range map[string]*CallBase{
+				"other ids":     {Seq: base.Seq, IDs: append(bytes.Clone(base.IDs), '9'), Request: base.Request},
+				"other request": {Seq: base.Seq, IDs: base.IDs, Request: append(bytes.Clone(base.Request), ' ')},
+			} {
+				if _, ok := enc.reuse(other); ok {
+					t.Fatalf("call %d: reused against a base with %s", i, name)
+				}
+			}
+		}
+		want := st.Batch().Encode("r", "a", ev)
+		ev.Encoded = &enc
+		sb := st.Batch()
+		got := sb.Encode("r", "a", ev)
+		if !bytes.Equal(got.Data, want.Data) {
+			t.Fatalf("call %d: stored form differs from the store's own encoding", i)
+		}
+		if i > 1 && i != 4 && BaseSeq(got.Data) != int64(i-1) {
+			t.Fatalf("call %d names base %d, want the store's %d", i, BaseSeq(got.Data), i-1)
+		}
+		back, err := DecodeEvent(got.Data, base)
+		if err != nil || !bytes.Equal(back, ev.Data) {
+			t.Fatalf("call %d does not decode back: %v", i, err)
+		}
+		sb.Stored("r", "a", got, int64(i))
+		sb.Commit()
+		if enc.self != nil && enc.self.Seq != int64(1000+i) {
+			t.Fatalf("call %d: the writer's base got seq %d from the store", i, enc.self.Seq)
+		}
+	}
+}

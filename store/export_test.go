@@ -13,3 +13,22 @@ func TopFields(data []byte) (holes int, agent string, ok bool) {
 	h, a, ok := topFields(data)
 	return len(h), string(a), ok
 }
+
+// LayoutOf returns the layout of a model_request event's JSON, as its
+// writer would give it (for tests and benchmarks).
+func LayoutOf(data []byte) *CallLayout {
+	holes, agent, _ := topFields(data)
+	l := &CallLayout{Agent: string(agent)}
+	for _, h := range holes {
+		sp := [2]int{h.start, h.end}
+		switch h.kind {
+		case holePromptIDs:
+			l.PromptIDs = sp
+		case holeResponseIDs:
+			l.ResponseIDs = sp
+		default:
+			l.Request = sp
+		}
+	}
+	return l
+}

@@ -240,6 +240,13 @@ type NewEvent struct {
 	// JSON (the gateway), so that the store need not scan it again (see
 	// CallLayout). Never set from decoded input.
 	Layout *CallLayout `json:"-"`
+	// Encoded, when set, is the stored form the writer already computed
+	// against its own cache of bases (the gateway measures a call's
+	// stored size before recording it, Bases.Batch). The store reuses it
+	// when its own base for the call holds the same ids and request, so
+	// that the call is encoded once (EncodeBatch.Encode). Never set from
+	// decoded input.
+	Encoded *Encoding `json:"-"`
 }
 
 // Model is one registered version of a model's weights.
