@@ -40,6 +40,10 @@ type apiError struct {
 	// Raw, when set, is the body as is: an upstream's error passed
 	// through on a call marked WithVerbatim.
 	Raw []byte
+	// unrecorded marks a failure that leaves no record: on a call marked
+	// WithVerbatim, an upstream that never answered (Agent Lightning's
+	// proxy raises before it captures an event).
+	unrecorded bool
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -248,9 +252,11 @@ func callError(ctx context.Context, err error) *apiError {
 		// No answer from the upstream after the retries: AL's proxy
 		// raises HTTPException 504 on a timeout, else 502
 		// (_send_upstream_with_retries, proxy.py lines 156-178).
-		e := &apiError{Status: http.StatusBadGateway, Message: "Upstream model server request failed"}
+		// It raises before _capture_event, so no model_request is
+		// recorded either.
+		e := &apiError{Status: http.StatusBadGateway, Message: "Upstream model server request failed", unrecorded: true}
 		if errors.Is(err, context.DeadlineExceeded) {
-			e = &apiError{Status: http.StatusGatewayTimeout, Message: "Upstream model server timed out"}
+			e = &apiError{Status: http.StatusGatewayTimeout, Message: "Upstream model server timed out", unrecorded: true}
 		}
 		e.Raw, _ = json.Marshal(map[string]string{"detail": e.Message})
 		return e

@@ -68,8 +68,13 @@ func (p *Proxy) record(ctx context.Context, c *call, resp []byte) *apiError {
 // and no request, so that it is no base for the store's encoding of the
 // agent's next call (store.BaseOf). It is subject to the stored-bytes
 // bounds like any event; one they refuse, or one the store fails to
-// write, is dropped: the caller gets e either way.
+// write, is dropped: the caller gets e either way. An error marked
+// unrecorded (Agent Lightning's route, no answer from the upstream)
+// leaves no record, as on AL.
 func (p *Proxy) recordError(ctx context.Context, c *call, e *apiError) {
+	if e.unrecorded {
+		return
+	}
 	id := c.id
 	if id == "" {
 		id = p.newID(c.shape.idPrefix)

@@ -423,4 +423,15 @@ func TestUpstreamUnreachable(t *testing.T) {
 	if r.status != 502 || r.body != `{"detail":"Upstream model server request failed"}` {
 		t.Fatalf("unreachable upstream: %d %s", r.status, r.body)
 	}
+	// AL raises before _capture_event (proxy.py lines 124-140, 156-178):
+	// no model_request is recorded for a call that got no answer.
+	evs, err := e.st.ListEvents(context.Background(), store.EventFilter{RolloutID: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Type == store.EventModelRequest {
+			t.Fatalf("a call the upstream never answered left a record: %s", ev.Data)
+		}
+	}
 }
