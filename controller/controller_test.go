@@ -470,8 +470,9 @@ func waitDead(t *testing.T, who string, pid int) {
 	}
 }
 
-// TestConcurrencyLimit: with Concurrency 2, six 0.3s harnesses run two at a
-// time, never more.
+// TestConcurrencyLimit: with Concurrency 2, six harnesses (each stays
+// until another runs beside it, then 0.3 s more) run two at a time, never
+// more.
 func TestConcurrencyLimit(t *testing.T) {
 	e := newEnv(t, -1)
 	spans := t.TempDir()
@@ -480,7 +481,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	cfg.Env = []string{"SPAN_DIR=" + spans}
 	cfg.Concurrency = 2
 	start(t, cfg)
-	rs := e.wait(t, ids, 15*time.Second)
+	rs := e.wait(t, ids, 40*time.Second)
 	for _, r := range rs {
 		if r.Status != store.RolloutSucceeded || r.Reward == nil || *r.Reward != 0.5 {
 			t.Fatalf("rollout %s: %s reward %s %s", r.ID, r.Status, fmtPtr(r.Reward), r.Error)
