@@ -21,6 +21,9 @@ const (
 	styleOpenAI errorStyle = iota
 	styleAnthropic
 	styleGoogle
+	// styleFastAPI is {"detail": message}, how Agent Lightning's server
+	// (FastAPI's HTTPException) answers a refusal.
+	styleFastAPI
 )
 
 // apiError is an error with an HTTP status, rendered in the caller's API
@@ -154,6 +157,11 @@ func errorBody(style errorStyle, e *apiError) []byte {
 		return e.Raw
 	}
 	b := make([]byte, 0, 128+len(e.Message))
+	if style == styleFastAPI {
+		b = append(b, `{"detail":`...)
+		b = fastjson.AppendString(b, e.Message)
+		return append(b, '}')
+	}
 	if style == styleAnthropic {
 		b = append(b, `{"type":"error","error":{"type":`...)
 		b = strconv.AppendQuote(b, anthropicType(e.Status))

@@ -162,7 +162,10 @@ var (
 
 // call is the state of one model call through the proxy.
 type call struct {
-	shape   *apiShape
+	shape *apiShape
+	// fastAPI: the call came through Agent Lightning's route, whose
+	// refusals are FastAPI's {"detail": …}.
+	fastAPI bool
 	target  Target
 	mode    store.Mode
 	body    []byte
@@ -300,22 +303,28 @@ func (p *Proxy) dispatch(w http.ResponseWriter, r *http.Request, t Target, sub s
 }
 
 func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *apiShape) {
+	style := sh.style
+	if v, _ := verbatim(r.Context()); v {
+		// Agent Lightning's route: agl's own refusals in FastAPI's shape,
+		// as AL answers its own (HTTPException).
+		style = styleFastAPI
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		writeError(w, sh.style, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
+		writeError(w, style, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
 		return
 	}
 	if !p.admit() {
 		secs := int((p.cfg.RetryAfter + time.Second - 1) / time.Second)
-		writeError(w, sh.style, &apiError{Status: http.StatusServiceUnavailable, Message: "the gateway is paused for a weight update; retry shortly", Code: "paused", RetryAfter: secs})
+		writeError(w, style, &apiError{Status: http.StatusServiceUnavailable, Message: "the gateway is paused for a weight update; retry shortly", Code: "paused", RetryAfter: secs})
 		return
 	}
 	defer p.release()
-	c := &call{shape: sh, target: t, start: time.Now(), header: r.Header}
+	c := &call{shape: sh, target: t, start: time.Now(), header: r.Header, fastAPI: style == styleFastAPI}
 	ctx := r.Context()
 	mode, aerr := p.authorize(ctx, r, t, true)
 	if aerr != nil {
-		writeError(w, sh.style, aerr)
+		writeError(w, style, aerr)
 		return
 	}
 	c.mode = mode
@@ -323,7 +332,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	// authenticated, so the record lands in the caller's own attempt.
 	refuse := func(e *apiError) {
 		p.recordError(ctx, c, e)
-		writeError(w, sh.style, e)
+		writeError(w, style, e)
 	}
 	if c.body, aerr = p.readBody(w, r); aerr != nil {
 		refuse(aerr)
@@ -368,10 +377,10 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 	fail := func(e *apiError) {
 		p.recordError(ctx, c, e)
 		if ka.stop() {
-			w.Write(appendSSEError(nil, sh.style, e))
+			w.Write(appendSSEError(nil, style, e))
 			return
 		}
-		writeError(w, sh.style, e)
+		writeError(w, style, e)
 	}
 	bctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	var err error

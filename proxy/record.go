@@ -79,7 +79,11 @@ func (p *Proxy) recordError(ctx context.Context, c *call, e *apiError) {
 	if id == "" {
 		id = p.newID(c.shape.idPrefix)
 	}
-	body := errorBody(c.shape.style, e)
+	style := c.shape.style
+	if c.fastAPI {
+		style = styleFastAPI
+	}
+	body := errorBody(style, e)
 	if len(body) > api.MaxCallErrorBytes {
 		// Cut before the rune that crosses the bound.
 		cut := api.MaxCallErrorBytes

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/gateway/al"
 	"github.com/aglrl/agl/store"
 )
@@ -433,5 +434,48 @@ func TestUpstreamUnreachable(t *testing.T) {
 		if ev.Type == store.EventModelRequest {
 			t.Fatalf("a call the upstream never answered left a record: %s", ev.Data)
 		}
+	}
+}
+
+// TestRefusalShape: a call agl's proxy refuses on /al (here an empty
+// message list, with the agent's scoped key) is answered in FastAPI's
+// {"detail": …} shape, as AL answers its refusals (HTTPException), and
+// its record keeps the body the caller got; the same call on /r/ keeps
+// OpenAI's shape.
+func TestRefusalShape(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, al.Config{}, true)
+	keys, aids := e.started(t, "r")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("a refused call reached the upstream: %s", r.URL.Path)
+	}))
+	defer up.Close()
+	e.admin(t, "POST", "/al/api/models", `[{"model":"m","endpoint":"`+up.URL+`/v1"}]`)
+	r := e.do(t, "POST", "/al/proxy/rollout/r/attempt/0/mode/train/openai/v1/chat/completions", `{"messages":[]}`, "Authorization: Bearer "+keys[0])
+	var detail struct {
+		Detail string `json:"detail"`
+	}
+	if r.status != 400 || json.Unmarshal([]byte(r.body), &detail) != nil || detail.Detail == "" || strings.Contains(r.body, `"error"`) {
+		t.Fatalf("/al refusal: %d %s, want 400 {\"detail\": …}", r.status, r.body)
+	}
+	if r := e.do(t, "POST", "/r/r/"+aids[0]+"/v1/chat/completions", `{"messages":[]}`, "Authorization: Bearer "+keys[0]); r.status != 400 || !strings.Contains(r.body, `"error":{"message"`) {
+		t.Fatalf("/r/ refusal: %d %s, want OpenAI's shape", r.status, r.body)
+	}
+	evs, err := e.st.ListEvents(context.Background(), store.EventFilter{RolloutID: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for _, ev := range evs {
+		if ev.Type == store.EventModelRequest {
+			var mc api.ModelCall
+			if err := json.Unmarshal(ev.Data, &mc); err != nil {
+				t.Fatal(err)
+			}
+			bodies = append(bodies, mc.Error)
+		}
+	}
+	if len(bodies) != 2 || bodies[0] != r.body {
+		t.Fatalf("records %q, want the /al refusal's body %s first, then /r/'s", bodies, r.body)
 	}
 }
