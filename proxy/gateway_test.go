@@ -577,9 +577,12 @@ func TestToolCallIDsUnique(t *testing.T) {
 // as an in-stream error event.
 func TestStreamKeepAlive(t *testing.T) {
 	e := newEnv(t, proxy.Config{StreamKeepAlive: 5 * time.Millisecond}, nil)
-	e.eng.Gate = make(chan struct{})
+	e.eng.Gate, e.eng.Started = make(chan struct{}), make(chan struct{}, 1)
 	cl := e.claim(t, store.ModeTrain)
+	// The answer comes 40 ms after the engine got the call (the stream's
+	// keep-alive runs by then), however late a loaded machine gets there.
 	release := func() {
+		<-e.eng.Started
 		time.Sleep(40 * time.Millisecond)
 		e.eng.Gate <- struct{}{}
 	}
