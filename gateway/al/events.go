@@ -470,7 +470,7 @@ func isConflict(err error) bool { return errors.Is(err, store.ErrConflict) }
 func (h *Handler) writeTarget(ctx context.Context, ro store.Rollout, aid string, admin bool) (store.Rollout, store.Attempt, error) {
 	var err error
 	if ro.Status == store.RolloutQueuing && admin && aid == DefaultAttemptID {
-		ro, err = h.startExternal(ctx, ro, statusData{Version: 1})
+		ro, err = h.startExternal(ctx, ro, statusData{Version: 1, Queued: true})
 		var he *httpError
 		if errors.As(err, &he) && he.Status == http.StatusConflict {
 			// Claimed meanwhile (agl's controller, another replica): write

@@ -35,6 +35,11 @@ type statusData struct {
 	// Version is AL's status.version: 1 at creation, one more per PATCH
 	// that changed something.
 	Version int `json:"version"`
+	// Queued: the attempt was started by an admin's write, not by a PATCH
+	// to running. AL still shows such a rollout queuing (it accepts the
+	// write and changes no state), so its reconciler's PATCH to running
+	// is still valid and only clears this.
+	Queued bool `json:"queued,omitempty"`
 }
 
 // extras is what agl keeps of an AL rollout in its events.

@@ -83,10 +83,11 @@ func TestExternalLocalReconciler(t *testing.T) {
 // (agentlightning/controller/k8s_reconciler.py): the Job is created while
 // the rollout stays queuing (_create_job, line 244: "without changing
 // rollout state"), so the agent's first LLM call can come before the
-// reconciler's PATCH running (lines 217-224); agl starts the attempt on
-// that call. The reconciler then sees "running" and patches nothing until
-// the Job completes: PATCH succeeded with k8s_job_name and last_attempt_id
-// (lines 236-242), which agl keeps.
+// reconciler's PATCH running; agl starts the attempt on that call, and AL's
+// view still says queuing (AL changes no state on a write). The
+// reconciler, seeing its Job running and the rollout queuing, PATCHes
+// running with k8s_job_name and last_attempt_id (lines 217-224), then
+// succeeded when the Job completes (lines 236-242); agl keeps both.
 func TestExternalK8sReconciler(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, al.Config{}, true)
@@ -98,8 +99,11 @@ func TestExternalK8sReconciler(t *testing.T) {
 		has                      string
 	}{
 		{"call before the PATCH", "POST", "/al/proxy/rollout/k/attempt/0/mode/train/openai/v1/chat/completions", chatBody, 200, `"content":"ok"`},
-		{"seen running", "GET", "/al/api/rollouts?state_in=queuing&state_in=running&limit=500", "", 200, `"rollout_id":"k","input":{"q":1},"is_train":true,"config":{"timeout_seconds":3600,"local":null,"k8s":{"job_template":"t"}},"metadata":{"batch_idx":null,"sample_idx_in_batch":null},"status":{"state":"running","k8s_job_name":null,"last_attempt_id":null,"error_message":null,"version":1`},
-		{"job complete", "PATCH", "/al/api/rollouts/k", `{"status":{"state":"succeeded","k8s_job_name":"agl-rollout-k","last_attempt_id":"0","error_message":null}}`, 200, `"state":"succeeded","k8s_job_name":"agl-rollout-k","last_attempt_id":"0","error_message":null,"version":2`},
+		{"still queuing", "GET", "/al/api/rollouts?state_in=queuing&state_in=running&limit=500", "", 200, `"rollout_id":"k","input":{"q":1},"is_train":true,"config":{"timeout_seconds":3600,"local":null,"k8s":{"job_template":"t"}},"metadata":{"batch_idx":null,"sample_idx_in_batch":null},"status":{"state":"queuing","k8s_job_name":null,"last_attempt_id":null,"error_message":null,"version":1`},
+		{"listed as queuing alone", "GET", "/al/api/rollouts?state_in=queuing", "", 200, `"rollout_id":"k"`},
+		{"job seen running", "PATCH", "/al/api/rollouts/k", `{"status":{"state":"running","k8s_job_name":"agl-rollout-k","last_attempt_id":"0"}}`, 200, `"state":"running","k8s_job_name":"agl-rollout-k","last_attempt_id":"0","error_message":null,"version":2`},
+		{"not queuing any more", "GET", "/al/api/rollouts?state_in=queuing", "", 200, `"rollout_id":"j"`},
+		{"job complete", "PATCH", "/al/api/rollouts/k", `{"status":{"state":"succeeded","k8s_job_name":"agl-rollout-k","last_attempt_id":"0","error_message":null}}`, 200, `"state":"succeeded","k8s_job_name":"agl-rollout-k","last_attempt_id":"0","error_message":null,"version":3`},
 		{"job running", "PATCH", "/al/api/rollouts/j", `{"status":{"state":"running","k8s_job_name":"agl-rollout-j","last_attempt_id":"0"}}`, 200, `"k8s_job_name":"agl-rollout-j"`},
 		{"job failed", "PATCH", "/al/api/rollouts/j", `{"status":{"state":"failed","k8s_job_name":"agl-rollout-j","last_attempt_id":"0","error_message":"Job failed: BackoffLimitExceeded"}}`, 200, `"state":"failed","k8s_job_name":"agl-rollout-j","last_attempt_id":"0","error_message":"Job failed: BackoffLimitExceeded","version":3`},
 		{"kept", "GET", "/al/api/rollouts/k", "", 200, `"k8s_job_name":"agl-rollout-k"`},
@@ -109,6 +113,13 @@ func TestExternalK8sReconciler(t *testing.T) {
 		if r.status != s.status || !strings.Contains(r.body, s.has) {
 			t.Fatalf("%s: %d %s, want %d with %s", s.name, r.status, r.body, s.status, s.has)
 		}
+		if s.name == "not queuing any more" && strings.Contains(r.body, `"rollout_id":"k"`) {
+			t.Fatalf("%s: %s lists k, which its PATCH made running", s.name, r.body)
+		}
+	}
+	ro, err := e.st.GetRollout(context.Background(), "k")
+	if err != nil || len(ro.Attempts) != 1 || ro.Attempts[0].Status != store.AttemptSucceeded {
+		t.Fatalf("the call and the PATCH to running started one attempt: %+v %v", ro, err)
 	}
 }
 

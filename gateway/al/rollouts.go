@@ -123,6 +123,9 @@ func toAL(ro store.Rollout, x extras) Rollout {
 	if sd := x.status; sd != nil {
 		// An external controller's rollout: its PATCHes counted and kept.
 		st.Version, st.K8sJobName, st.LastAttemptID, st.ErrorMessage = sd.Version, sd.K8sJobName, sd.LastAttemptID, sd.ErrorMessage
+		if sd.Queued && st.State == StateRunning {
+			st.State = StateQueuing
+		}
 	} else {
 		if ro.NumAttempts > 0 {
 			aid := DefaultAttemptID
@@ -309,12 +312,19 @@ func (h *Handler) listRollouts(w http.ResponseWriter, r *http.Request) error {
 		return validation([]any{"query", "state_in"}, "Field required")
 	}
 	var want []store.RolloutStatus
+	wantState := map[string]bool{}
 	for i, s := range states {
 		st, ok := statuses(s)
 		if !ok {
 			return validation([]any{"query", "state_in", i}, "Input should be 'queuing', 'running', 'succeeded' or 'failed'")
 		}
 		want = append(want, st...)
+		wantState[s] = true
+	}
+	if wantState[StateQueuing] && !wantState[StateRunning] {
+		// A rollout an admin's write started still shows queuing
+		// (statusData.Queued): read the running ones too, and keep those.
+		want = append(want, store.RolloutRunning)
 	}
 	limit := 500
 	if v := q.Get("limit"); v != "" {
@@ -339,11 +349,15 @@ func (h *Handler) listRollouts(w http.ResponseWriter, r *http.Request) error {
 			if x.deleted {
 				continue
 			}
+			a := toAL(ro, x)
+			if !wantState[a.Status.State] {
+				continue
+			}
 			if x.status != nil && ro.Status == store.RolloutRunning {
 				// The external controller's poll: its attempt is alive.
 				h.beat(r.Context(), ro.ID, x.status.AttemptID)
 			}
-			out = append(out, toAL(ro, x))
+			out = append(out, a)
 		}
 		if next == 0 || len(rs) == 0 {
 			break
@@ -507,7 +521,7 @@ func (h *Handler) patchRollout(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, toAL(ro, x))
 		return nil
 	}
-	from := state(ro.Status)
+	from := toAL(ro, x).Status.State
 	to := from
 	if p.State != nil {
 		to = *p.State
@@ -535,6 +549,18 @@ func (h *Handler) patchRollout(w http.ResponseWriter, r *http.Request) error {
 	}
 	if p.ErrorMessage != nil {
 		sd.ErrorMessage = p.ErrorMessage
+	}
+	if from == StateQueuing && to == StateRunning && x.status != nil && x.status.Queued {
+		// Started by an admin's write (the agent called before this
+		// PATCH): the attempt runs already; AL's view now says running.
+		if err := h.appendStatus(ctx, ro.ID, x.status.AttemptID, sd); err != nil {
+			return err
+		}
+		h.beat(ctx, ro.ID, x.status.AttemptID)
+		h.opt.Notify()
+		x.status = &sd
+		writeJSON(w, http.StatusOK, toAL(ro, x))
+		return nil
 	}
 	if from == StateQueuing && to == StateRunning {
 		if ro, err = h.startExternal(ctx, ro, sd); err != nil {
