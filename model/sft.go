@@ -32,6 +32,16 @@ type SFTOptions struct {
 	Seed uint64
 	// WarmupSteps ramps the learning rate linearly from 0.
 	WarmupSteps int
+	// LR is the learning rate after the warmup (required).
+	LR float64
+}
+
+// SFTStepper takes SFT's optimizer steps: the embedded *Trainer, or a
+// model on a training service (trainer/tinker's Policy).
+type SFTStepper interface {
+	// SFTStep takes one step on the weighted cross-entropy
+	// −Σ w_t·log p(token t) of b at learning rate lr and returns the loss.
+	SFTStep(ctx context.Context, b *Batch, lr float64) (loss float64, err error)
 }
 
 // SFTProgress is reported after every step.
@@ -48,7 +58,7 @@ type SFTProgress struct {
 // SFT trains with the cross-entropy of the masked tokens, each batch's loss
 // being the mean over its masked tokens. progress (optional) is called
 // after each step.
-func SFT(ctx context.Context, tr *Trainer, examples []Example, o SFTOptions, progress func(SFTProgress)) (SFTProgress, error) {
+func SFT(ctx context.Context, tr SFTStepper, examples []Example, o SFTOptions, progress func(SFTProgress)) (SFTProgress, error) {
 	var usable []Example
 	for _, ex := range examples {
 		if len(ex.IDs) != len(ex.Mask) {
@@ -72,10 +82,11 @@ func SFT(ctx context.Context, tr *Trainer, examples []Example, o SFTOptions, pro
 	if steps <= 0 {
 		steps = o.Epochs * perEpoch
 	}
+	if !(o.LR > 0) {
+		return SFTProgress{}, fmt.Errorf("model: sft: learning rate %v: want > 0", o.LR)
+	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5f7))
 	order := rng.Perm(len(usable))
-	baseLR := tr.Opt.LR
-	defer func() { tr.Opt.LR = baseLR }()
 	start := time.Now()
 	var p SFTProgress
 	p.Steps = steps
@@ -107,16 +118,16 @@ func SFT(ctx context.Context, tr *Trainer, examples []Example, o SFTOptions, pro
 				w[t] /= float32(n)
 			}
 		}
-		tr.Opt.LR = baseLR
+		lr := o.LR
 		if o.WarmupSteps > 0 && step < o.WarmupSteps {
-			tr.Opt.LR = baseLR * float64(step+1) / float64(o.WarmupSteps)
+			lr = o.LR * float64(step+1) / float64(o.WarmupSteps)
 		}
-		st, err := tr.StepSFT(ctx, b)
+		loss, err := tr.SFTStep(ctx, b, lr)
 		if err != nil {
 			return p, err
 		}
 		p.Step, p.Epoch = step+1, step/perEpoch+1
-		p.Loss = st.Loss
+		p.Loss = loss
 		p.Tokens += n
 		p.Elapsed = time.Since(start)
 		p.TokensPerSec = float64(p.SeqTokens) / p.Elapsed.Seconds()

@@ -296,6 +296,16 @@ func (t *Trainer) StepSFT(ctx context.Context, b *Batch) (StepStats, error) {
 	return t.run(ctx, t.sftExec, append(t.optArgs(), ba...), b)
 }
 
+// SFTStep implements SFTStepper: StepSFT at learning rate lr (Opt.LR
+// is restored after).
+func (t *Trainer) SFTStep(ctx context.Context, b *Batch, lr float64) (float64, error) {
+	base := t.Opt.LR
+	defer func() { t.Opt.LR = base }()
+	t.Opt.LR = lr
+	st, err := t.StepSFT(ctx, b)
+	return st.Loss, err
+}
+
 // StepPolicy takes one AdamW step on the policy-gradient loss (see
 // policyLoss; it matches samples.PolicyLoss).
 func (t *Trainer) StepPolicy(ctx context.Context, b *Batch, lc PolicyLossConfig) (StepStats, error) {

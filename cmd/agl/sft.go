@@ -25,6 +25,8 @@ import (
 	"github.com/aglrl/agl/samples"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/tokenizer"
+	"github.com/aglrl/agl/trainer"
+	"github.com/aglrl/agl/trainer/tinker"
 )
 
 // runSFT is `agl sft`: supervised fine-tuning of a model directory on a
@@ -56,6 +58,7 @@ func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writ
 	var agents stringList
 	fs.Var(&agents, "agent", "with --from: only this agent's calls (repeatable; \"\" the default agent)")
 	policy := fs.String("policy", "", "with --from: only the calls served by this policy (model name)")
+	tinkerPath := fs.String("tinker", "", "train a LoRA on a Tinker-compatible service instead (loss cross_entropy): a YAML file of a tinker policy's block (base_model, base_url, lora, …); --model holds the base model's tokenizer and chat template; --out gets tinker.json, the save_weights path")
 	dryRun := fs.Bool("dry-run", false, "with --from: print what would train (one line per sample, then the totals) and stop")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -91,6 +94,18 @@ func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writ
 			return fmt.Errorf("sft: eval %s: no conversation has an assistant reply", *evalPath)
 		}
 	}
+	o := model.SFTOptions{Epochs: *epochs, Steps: *steps, BatchSize: *batchSize, Seed: *seed, WarmupSteps: *warmup, LR: *lr}
+	total := o.Steps
+	if total <= 0 {
+		total = *epochs * ((len(examples) + *batchSize - 1) / *batchSize)
+	}
+	logEvery := *every
+	if logEvery <= 0 {
+		logEvery = max(1, total/20)
+	}
+	if *tinkerPath != "" {
+		return sftTinker(ctx, fs, *tinkerPath, examples, o, logEvery, *out, stdout)
+	}
 	opt := model.DefaultAdamW()
 	opt.LR, opt.WeightDecay, opt.ClipNorm = *lr, *wd, *clip
 	w, err := model.Load(*modelDir)
@@ -107,15 +122,6 @@ func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writ
 	tr, err := model.NewTrainer(m, w, opt)
 	if err != nil {
 		return err
-	}
-	o := model.SFTOptions{Epochs: *epochs, Steps: *steps, BatchSize: *batchSize, Seed: *seed, WarmupSteps: *warmup}
-	total := o.Steps
-	if total <= 0 {
-		total = *epochs * ((len(examples) + *batchSize - 1) / *batchSize)
-	}
-	logEvery := *every
-	if logEvery <= 0 {
-		logEvery = max(1, total/20)
 	}
 	fmt.Fprintf(stdout, "sft: %d conversations, %d steps of %d, model %s parameters\n", len(examples), total, *batchSize, human(w.Config.NumParams()))
 	save := func() error {
@@ -153,6 +159,50 @@ func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writ
 		return nil
 	}
 	return evalHeldOut(ctx, *out, *backend, *evalPath, held, tmpl.StopIDs(), stdout)
+}
+
+// sftTinker is agl sft --tinker: the examples train a LoRA of the
+// block's base model on its service with cross_entropy (the block's loss
+// setting is not used); the weights are then saved for sampling and with
+// their optimizer state, both tinker:// paths printed, the state's kept
+// in out/tinker.json.
+func sftTinker(ctx context.Context, fs *flag.FlagSet, path string, examples []model.Example, o model.SFTOptions, logEvery int, out string, stdout io.Writer) error {
+	var embeddedOnly []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "backend", "eval", "save-every", "weight-decay", "clip":
+			embeddedOnly = append(embeddedOnly, "--"+f.Name)
+		}
+	})
+	if len(embeddedOnly) > 0 {
+		return usagef("%s: not with --tinker (weight_decay and grad_clip_norm are keys of the tinker block)", strings.Join(embeddedOnly, ", "))
+	}
+	tc, err := tinker.LoadConfig(path)
+	if err != nil {
+		return fmt.Errorf("sft: %w", err)
+	}
+	tc.Loss = tinker.LossCrossEntropy
+	p, err := tc.Open(ctx, "sft", trainer.Config{LR: o.LR}, "", 0)
+	if err != nil {
+		return fmt.Errorf("sft: %w", err)
+	}
+	defer p.Close()
+	fmt.Fprintf(stdout, "sft: %d conversations, LoRA rank %d of %s\n", len(examples), tc.LoRA.Rank, tc.BaseModel)
+	last, err := model.SFT(ctx, p, examples, o, func(sp model.SFTProgress) {
+		if sp.Step%logEvery == 0 || sp.Step == sp.Steps {
+			fmt.Fprintln(stdout, progressLine(sp))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("sft: %w", err)
+	}
+	sampler, state, err := p.Save(ctx, out, 1)
+	if err != nil {
+		return fmt.Errorf("sft: %w", err)
+	}
+	fmt.Fprintf(stdout, "sft: done, loss %.4f\nsft: sampler weights %s\nsft: weights and optimizer state %s (in %s)\n",
+		last.Loss, sampler, state, filepath.Join(out, "tinker.json"))
+	return nil
 }
 
 // sftFilter reads the --from filter flags (refused without --from).

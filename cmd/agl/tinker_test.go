@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -323,5 +326,97 @@ func TestTrainTinkerWrongKey(t *testing.T) {
 	defer st.Close()
 	if ms, err := st.ListModels(ctx, "writer"); err != nil || len(ms) != 0 {
 		t.Errorf("writer versions registered: %v %v", ms, err)
+	}
+}
+
+// TestSFTTinker runs `agl sft --tinker` against the stand-in: every step
+// is cross_entropy forward_backward calls and one optim_step, the first
+// step's loss is the batch mean of the untrained model's per-token loss
+// (≈ ln V: the weights carry the embedded SFT's 1/N), the loss falls, and
+// the sampler and state paths are printed and the state kept in
+// out/tinker.json.
+func TestSFTTinker(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"model_type":"qwen3","hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,
+		"num_attention_heads":2,"num_key_value_heads":1,"head_dim":16,"rms_norm_eps":1e-6,"rope_theta":10000,
+		"max_position_embeddings":128,"tie_word_embeddings":true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	modelDir := filepath.Join(dir, "init")
+	var out bytes.Buffer
+	if err := run(ctx, []string{"model", "init", "--config", cfg, "--out", modelDir}, &out, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	var vocab struct {
+		N int `json:"vocab_size"`
+	}
+	b, err := os.ReadFile(filepath.Join(modelDir, "config.json"))
+	if err != nil || json.Unmarshal(b, &vocab) != nil || vocab.N == 0 {
+		t.Fatalf("model config: %v %s", err, b)
+	}
+	svc := tinkertest.New("tml-stand-in", vocab.N, 5)
+	defer svc.Close()
+	t.Setenv("AGL_TEST_TINKER_KEY", "tml-stand-in")
+	tk := filepath.Join(dir, "tinker.yaml")
+	if err := os.WriteFile(tk, []byte(fmt.Sprintf("base_model: stand-in/bigram\nbase_url: %s\napi_key_env: AGL_TEST_TINKER_KEY\nlora: {rank: 4}\n", svc.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var data strings.Builder
+	for i := range 48 {
+		s := strings.Repeat(string(rune('a'+i%6)), 3)
+		fmt.Fprintf(&data, `{"messages":[{"role":"user","content":"say %s"},{"role":"assistant","content":"%s"}]}`+"\n", s, s)
+	}
+	dataPath := filepath.Join(dir, "data.jsonl")
+	if err := os.WriteFile(dataPath, []byte(data.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outDir := filepath.Join(dir, "out")
+	out.Reset()
+	const steps = 30
+	err = run(ctx, []string{"sft", "--tinker", tk, "--model", modelDir, "--data", dataPath, "--out", outDir,
+		"--steps", fmt.Sprint(steps), "--batch-size", "8", "--lr", "0.1", "--log-every", "1"}, &out, &out)
+	if err != nil {
+		t.Fatalf("sft: %v\n%s", err, out.String())
+	}
+	t.Logf("sft output:\n%s", out.String())
+	if bad := svc.MalformedRequests(); len(bad) > 0 {
+		t.Fatalf("the stand-in refused requests: %q", bad)
+	}
+	for path, want := range map[string]int{"/api/v1/create_model": 1, "/api/v1/optim_step": steps, "/api/v1/save_weights": 1} {
+		if got := svc.Count(path); got != want {
+			t.Errorf("%s: %d calls, want %d", path, got, want)
+		}
+	}
+	if n := svc.Count("/api/v1/forward_backward"); n < steps {
+		t.Errorf("forward_backward: %d calls for %d steps", n, steps)
+	}
+	losses := regexp.MustCompile(`\] \d+/\d+ epoch \d+ loss ([0-9.]+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(losses) != steps {
+		t.Fatalf("%d progress lines, want %d", len(losses), steps)
+	}
+	first, _ := strconv.ParseFloat(losses[0][1], 64)
+	last, _ := strconv.ParseFloat(losses[steps-1][1], 64)
+	if lnV := math.Log(float64(vocab.N)); math.Abs(first-lnV) > 0.1*lnV || last > 0.7*first {
+		t.Errorf("loss %.4f → %.4f: want ≈ ln %d = %.4f at first, then below 70%% of it", first, last, vocab.N, lnV)
+	}
+	ck, err := os.ReadFile(filepath.Join(outDir, "tinker.json"))
+	var state struct {
+		StatePath string `json:"state_path"`
+	}
+	if err != nil || json.Unmarshal(ck, &state) != nil || !strings.HasPrefix(state.StatePath, "tinker://") {
+		t.Fatalf("out/tinker.json: %v %s", err, ck)
+	}
+	for _, want := range []string{"sampler weights tinker://", "weights and optimizer state " + state.StatePath} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	// Flags of the embedded trainer are refused by name.
+	err = run(ctx, []string{"sft", "--tinker", tk, "--model", modelDir, "--data", dataPath, "--out", outDir, "--clip", "2"}, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "--clip: not with --tinker") {
+		t.Errorf("--clip with --tinker: %v", err)
 	}
 }

@@ -6,23 +6,6 @@
 # The warm start is kept in examples/calc/work/model; delete it to redo it.
 set -euo pipefail
 cd "$(dirname "$0")"
-export GOEXPERIMENT=${GOEXPERIMENT-simd}
-# The harness starts once per rollout: run the real interpreter, not a
-# version manager's shim in front of it (pyenv's costs ~0.6 s of CPU a start).
-PATH="$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$PATH"
-mkdir -p work
-go build -o work/agl ../../cmd/agl
-python3 make_data.py work
-if [ ! -f work/model/model.safetensors ]; then
-	cat work/sft_tool.jsonl work/sft_mix.jsonl > work/sft_all.jsonl
-	work/agl model init --preset ${PRESET:-1m} --bpe-data work/sft_all.jsonl --out work/init
-	# The skill: every demonstration calls the calculator, so the model
-	# learns to copy the numbers into the call and the result into its reply.
-	work/agl sft --model work/init --data work/sft_tool.jsonl --out work/skill \
-		--steps ${SKILL_STEPS:-800} --batch-size 16 --lr 0.003 --warmup 20
-	# The habit: mostly answering from memory, which a tiny model gets wrong.
-	work/agl sft --model work/skill --data work/sft_mix.jsonl --out work/model \
-		--steps ${HABIT_STEPS:-60} --batch-size 16 --lr 0.001 --warmup 5
-fi
+source ./warmstart.sh
 rm -rf run
 exec work/agl train agl.yaml "$@"

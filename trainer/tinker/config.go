@@ -1,9 +1,12 @@
 package tinker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/aglrl/agl/trainer"
 )
@@ -77,4 +80,23 @@ func (c Config) Open(ctx context.Context, name string, tc trainer.Config, resume
 		return nil, err
 	}
 	return New(ctx, cl, o, resumeDir, version)
+}
+
+// LoadConfig reads a YAML file holding a tinker block (the keys of
+// policies.<name>.tinker), refusing unknown keys: agl sft --tinker.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("tinker config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("tinker config %s: %w", path, err)
+	}
+	if c.BaseModel == "" {
+		return c, fmt.Errorf("tinker config %s: no base_model", path)
+	}
+	return c, nil
 }

@@ -458,8 +458,13 @@ func (p *Policy) readOutput(out ForwardBackwardOutput, req ForwardBackwardReques
 // Publish implements trainer.Policy: save_weights_for_sampler, whose
 // path the engine samples from as version.
 func (p *Policy) Publish(ctx context.Context, version int64) error {
+	_, err := p.publish(ctx, version)
+	return err
+}
+
+func (p *Policy) publish(ctx context.Context, version int64) (string, error) {
 	if err := p.alive(); err != nil {
-		return err
+		return "", err
 	}
 	var r struct {
 		Path string `json:"path"`
@@ -467,13 +472,13 @@ func (p *Policy) Publish(ctx context.Context, version int64) error {
 	err := p.c.result(ctx, "/api/v1/save_weights_for_sampler", map[string]any{"model_id": p.modelID,
 		"path": fmt.Sprintf("agl-v%d", version), "seq_id": p.nextSeq(), "type": "save_weights_for_sampler"}, &r)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !strings.HasPrefix(r.Path, "tinker://") {
-		return fmt.Errorf("tinker /api/v1/save_weights_for_sampler: malformed answer: path %q is not tinker://", r.Path)
+		return "", fmt.Errorf("tinker /api/v1/save_weights_for_sampler: malformed answer: path %q is not tinker://", r.Path)
 	}
 	p.eng.serve(r.Path, version)
-	return nil
+	return r.Path, nil
 }
 
 // checkpointTimeout bounds a save_weights (SaveCheckpoint has no context).
@@ -482,8 +487,26 @@ const checkpointTimeout = 30 * time.Minute
 // SaveCheckpoint implements trainer.Policy: save_weights (weights and
 // optimizer state) on the service, its tinker:// path in dir/tinker.json.
 func (p *Policy) SaveCheckpoint(dir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), checkpointTimeout)
+	defer cancel()
+	_, err := p.saveState(ctx, dir)
+	return err
+}
+
+// Save publishes the weights as version (save_weights_for_sampler) and
+// checkpoints them with the optimizer state into dir (save_weights), and
+// returns both tinker:// paths: the end of agl sft.
+func (p *Policy) Save(ctx context.Context, dir string, version int64) (sampler, state string, err error) {
+	if sampler, err = p.publish(ctx, version); err != nil {
+		return "", "", err
+	}
+	state, err = p.saveState(ctx, dir)
+	return sampler, state, err
+}
+
+func (p *Policy) saveState(ctx context.Context, dir string) (string, error) {
 	if err := p.alive(); err != nil {
-		return err
+		return "", err
 	}
 	p.mu.Lock()
 	p.saves++
@@ -492,19 +515,17 @@ func (p *Policy) SaveCheckpoint(dir string) error {
 	var r struct {
 		Path string `json:"path"`
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), checkpointTimeout)
-	defer cancel()
 	err := p.c.result(ctx, "/api/v1/save_weights", map[string]any{"model_id": p.modelID,
 		"path": name, "seq_id": p.nextSeq(), "overwrite": false, "type": "save_weights"}, &r)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !strings.HasPrefix(r.Path, "tinker://") {
-		return fmt.Errorf("tinker /api/v1/save_weights: malformed answer: path %q is not tinker://", r.Path)
+		return "", fmt.Errorf("tinker /api/v1/save_weights: malformed answer: path %q is not tinker://", r.Path)
 	}
 	b, _ := json.MarshalIndent(checkpoint{SDKVersion: SDKVersion, BaseModel: p.o.BaseModel, StatePath: r.Path}, "", "  ")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return "", err
 	}
-	return os.WriteFile(filepath.Join(dir, checkpointFile), b, 0o644)
+	return r.Path, os.WriteFile(filepath.Join(dir, checkpointFile), b, 0o644)
 }

@@ -1,10 +1,35 @@
 package tinkertest
 
 import (
+	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
 )
+
+// learner is a model the stand-in trains: a Bigram, or the embedded
+// transformer (Transformer).
+type learner interface {
+	vocab() int
+	// logprobs returns log p(targets[i][t] | tokens[i][:t+1]) per datum.
+	logprobs(ctx context.Context, tokens, targets [][]int32) ([][]float64, error)
+	// backward adds Σ_i Σ_t dlogp[i][t]·∂logp_it/∂θ to the gradient.
+	backward(ctx context.Context, tokens, targets [][]int32, dlogp [][]float64) error
+	// step applies Adam with the accumulated gradient, clears it and
+	// returns its norm.
+	step(ctx context.Context, a Adam) (float64, error)
+	// save snapshots the weights and optimizer state (name: unique).
+	save(name string) (snapshot, error)
+	// load restores a snapshot, with its optimizer state or fresh.
+	load(s snapshot, optimizer bool) error
+}
+
+// snapshot is saved weights: a sampler, and a state load restores.
+type snapshot interface {
+	sample(ctx context.Context, prompt []int32, maxTokens int, temp, topP float64, topK int, stop []int32, seed uint64) ([]int32, []float32, bool, error)
+	close()
+}
 
 // Bigram is the stand-in's tiny model: logits(next | prev) = W[prev][·],
 // a V×V table trained in full (the stand-in's "LoRA"). Its forward,
@@ -76,6 +101,46 @@ func (m *Bigram) Backward(tokens, targets []int32, dlogp []float64) {
 		}
 	}
 }
+
+func (m *Bigram) vocab() int { return m.V }
+
+func (m *Bigram) logprobs(_ context.Context, tokens, targets [][]int32) ([][]float64, error) {
+	out := make([][]float64, len(tokens))
+	for i := range tokens {
+		out[i] = m.Logprobs(tokens[i], targets[i])
+	}
+	return out, nil
+}
+
+func (m *Bigram) backward(_ context.Context, tokens, targets [][]int32, dlogp [][]float64) error {
+	for i := range tokens {
+		m.Backward(tokens[i], targets[i], dlogp[i])
+	}
+	return nil
+}
+
+func (m *Bigram) step(_ context.Context, a Adam) (float64, error) { return m.Step(a), nil }
+
+func (m *Bigram) save(string) (snapshot, error) { return m.Clone(), nil }
+
+func (m *Bigram) load(s snapshot, optimizer bool) error {
+	w, ok := s.(*Bigram)
+	if !ok || w.V != m.V {
+		return errors.New("weights of another model")
+	}
+	*m = *w.Clone()
+	if !optimizer {
+		m.M, m.S, m.T = make([]float64, len(w.M)), make([]float64, len(w.S)), 0
+	}
+	return nil
+}
+
+func (m *Bigram) sample(_ context.Context, prompt []int32, maxTokens int, temp, topP float64, topK int, stop []int32, seed uint64) ([]int32, []float32, bool, error) {
+	toks, lps, stopped := m.Sample(prompt, maxTokens, temp, topP, topK, stop, rand.New(rand.NewPCG(seed, uint64(len(prompt)))))
+	return toks, lps, stopped, nil
+}
+
+func (m *Bigram) close() {}
 
 // Adam is the optimizer step's parameters (the SDK's AdamParams).
 type Adam struct {

@@ -2,25 +2,28 @@
 // follows the wire of the official SDK (version tinker.SDKVersion),
 // validates every request strictly (headers, JSON fields, protobuf
 // fields, seq_id order) and computes real forward, backward, Adam and
-// sampling on a tiny in-process model (Bigram), with Tinker's built-in
-// losses summed per token.
+// sampling on a tiny in-process model — a Bigram (New), or an embedded
+// model directory's transformer (NewTransformer) — with Tinker's
+// built-in losses summed per token.
 package tinkertest
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/aglrl/agl/model"
 	"github.com/aglrl/agl/trainer/tinker"
 )
 
@@ -30,6 +33,9 @@ type Server struct {
 	Key   string
 	Vocab int
 	Seed  uint64
+	// baseDir, when set, is the embedded model directory every
+	// create_model starts from (NewTransformer); tmp holds its saves.
+	baseDir, tmp string
 	// PerDatumMean makes the policy losses divide each datum's loss by
 	// its target count, as SkyRL's JAX backend does (weights all ones).
 	PerDatumMean bool
@@ -39,7 +45,7 @@ type Server struct {
 	models   map[string]*trainModel
 	order    []string // model ids in creation order
 	futures  map[string]future
-	saved    map[string]*Bigram // tinker:// path → weights (and Adam state)
+	saved    map[string]snapshot // tinker:// path → weights (and Adam state)
 	nextID   int
 	faults   map[string][]int // endpoint → statuses to answer next
 	tryAgain int
@@ -57,7 +63,7 @@ type session struct{ expired bool }
 
 type trainModel struct {
 	session string
-	m       *Bigram
+	m       learner
 	seq     int32
 }
 
@@ -71,9 +77,40 @@ type future struct {
 // model seeded by seed.
 func New(key string, vocab int, seed uint64) *Server {
 	s := &Server{Key: key, Vocab: vocab, Seed: seed, sessions: map[string]*session{}, models: map[string]*trainModel{},
-		futures: map[string]future{}, saved: map[string]*Bigram{}, faults: map[string][]int{}, requests: map[string]int{}}
+		futures: map[string]future{}, saved: map[string]snapshot{}, faults: map[string][]int{}, requests: map[string]int{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	return s
+}
+
+// NewTransformer starts a stand-in on loopback accepting key whose base
+// model is the embedded model directory dir (model.Load: config.json
+// and safetensors): every create_model trains a fresh copy of it
+// (Transformer), whose vocabulary the requests are checked against.
+func NewTransformer(key, dir string) (*Server, error) {
+	w, err := model.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("tinkertest: %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "tinkertest-")
+	if err != nil {
+		return nil, err
+	}
+	s := New(key, w.Config.VocabSize, 0)
+	s.baseDir, s.tmp = dir, tmp
+	return s, nil
+}
+
+// Close stops the server and frees the saved weights' samplers.
+func (s *Server) Close() {
+	s.Server.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.saved {
+		x.close()
+	}
+	if s.tmp != "" {
+		os.RemoveAll(s.tmp)
+	}
 }
 
 // Fail makes the next calls to path (e.g. "/api/v1/forward_backward")
@@ -101,14 +138,33 @@ func (s *Server) Expire() {
 	s.mu.Unlock()
 }
 
-// Snapshot returns a copy of the weights of model id's current state.
+// Snapshot returns a copy of the weights of model id's current state
+// (nil unless it is a Bigram).
 func (s *Server) Snapshot(modelID string) *Bigram {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if m := s.models[modelID]; m != nil {
-		return m.m.Clone()
+		if b, ok := m.m.(*Bigram); ok {
+			return b.Clone()
+		}
 	}
 	return nil
+}
+
+// Weights returns the current weights of model id when it is a
+// Transformer (NewTransformer).
+func (s *Server) Weights(modelID string) (*model.Weights, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.models[modelID]
+	if m == nil {
+		return nil, fmt.Errorf("tinkertest: no model %s", modelID)
+	}
+	t, ok := m.m.(*Transformer)
+	if !ok {
+		return nil, fmt.Errorf("tinkertest: model %s is not a transformer", modelID)
+	}
+	return t.tr.Weights()
 }
 
 // Models lists the model ids created so far, in order.
@@ -125,8 +181,8 @@ func (s *Server) Count(path string) int {
 	return s.requests[path]
 }
 
-// LastGrad is the gradient the last optim_step applied (before
-// clipping), for loss-semantics tests.
+// LastGrad is the gradient the last optim_step of a Bigram applied
+// (before clipping), for loss-semantics tests.
 func (s *Server) LastGrad() []float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,7 +224,26 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	s.requests[r.URL.Path]++
 	start := time.Now()
-	ctype, out, err := s.serve(r, body)
+	var ctype string
+	var out []byte
+	var gen generate
+	err := s.check(r)
+	switch {
+	case err != nil:
+	case r.URL.Path == "/api/v1/asample":
+		if gen, err = s.sample(body); err == nil {
+			// Sampling runs outside the lock, so that concurrent samples
+			// batch in the transformer's engine.
+			s.mu.Unlock()
+			res, gerr := gen(r.Context())
+			s.mu.Lock()
+			if err = gerr; err == nil {
+				ctype, out, err = s.futureProto(res.Marshal(), "")
+			}
+		}
+	default:
+		ctype, out, err = s.serve(r, body)
+	}
 	s.busy += time.Since(start)
 	if err != nil {
 		he, ok := err.(*httpError)
@@ -187,27 +262,33 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(out)
 }
 
-func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
+// check refuses a request whose method, key, headers or content type
+// are wrong, and answers an injected fault.
+func (s *Server) check(r *http.Request) error {
 	if r.Method != http.MethodPost {
-		return "", nil, &httpError{http.StatusMethodNotAllowed, "POST only"}
+		return &httpError{http.StatusMethodNotAllowed, "POST only"}
 	}
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-API-Key")), []byte(s.Key)) != 1 {
-		return "", nil, &httpError{http.StatusUnauthorized, "Invalid API key"}
+		return &httpError{http.StatusUnauthorized, "Invalid API key"}
 	}
 	if q := s.faults[r.URL.Path]; len(q) > 0 {
 		s.faults[r.URL.Path] = q[1:]
-		return "", nil, &httpError{q[0], fmt.Sprintf("injected HTTP %d", q[0])}
+		return &httpError{q[0], fmt.Sprintf("injected HTTP %d", q[0])}
 	}
 	if r.Header.Get("X-Idempotency-Key") == "" || !strings.HasPrefix(r.Header.Get("User-Agent"), "agl") {
-		return "", nil, bad("missing X-Idempotency-Key or User-Agent")
+		return bad("missing X-Idempotency-Key or User-Agent")
 	}
 	wantCT := "application/json"
 	if r.URL.Path == "/api/v1/forward_backward" {
 		wantCT = "application/x-protobuf"
 	}
 	if r.Header.Get("Content-Type") != wantCT {
-		return "", nil, &httpError{http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q, want %q", r.Header.Get("Content-Type"), wantCT)}
+		return &httpError{http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q, want %q", r.Header.Get("Content-Type"), wantCT)}
 	}
+	return nil
+}
+
+func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 	switch r.URL.Path {
 	case "/api/v1/create_session":
 		var q struct {
@@ -266,7 +347,15 @@ func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 		if s.models[id] != nil {
 			return "", nil, bad("create_model: model %s exists", id)
 		}
-		s.models[id] = &trainModel{session: q.SessionID, m: NewBigram(s.Vocab, s.Seed)}
+		var m learner = NewBigram(s.Vocab, s.Seed)
+		if s.baseDir != "" {
+			t, err := newTransformer(s.baseDir, s.tmp)
+			if err != nil {
+				return "", nil, fmt.Errorf("create_model: %w", err)
+			}
+			m = t
+		}
+		s.models[id] = &trainModel{session: q.SessionID, m: m}
 		s.order = append(s.order, id)
 		return s.futureJSON(map[string]any{"model_id": id, "type": "create_model"}, id)
 	case "/api/v1/forward_backward":
@@ -278,7 +367,7 @@ func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		out, err := s.forwardBackward(m.m, q)
+		out, err := s.forwardBackward(r.Context(), m.m, q)
 		if err != nil {
 			return "", nil, err
 		}
@@ -300,8 +389,13 @@ func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		s.lastGrad = slices.Clone(m.m.Grad)
-		norm := m.m.Step(*q.AdamParams)
+		if b, ok := m.m.(*Bigram); ok {
+			s.lastGrad = slices.Clone(b.Grad)
+		}
+		norm, err := m.m.step(r.Context(), *q.AdamParams)
+		if err != nil {
+			return "", nil, fmt.Errorf("optim_step: %w", err)
+		}
 		return s.futureJSON(map[string]any{"metrics": map[string]float64{"grad_norm:mean": norm}}, q.ModelID)
 	case "/api/v1/save_weights_for_sampler", "/api/v1/save_weights":
 		var q struct {
@@ -332,7 +426,14 @@ func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 		if _, ok := s.saved[path]; ok && (q.Overwrite == nil || !*q.Overwrite) && kind == "save_weights" {
 			return "", nil, bad("save_weights: %s exists", path)
 		}
-		s.saved[path] = m.m.Clone()
+		snap, err := m.m.save(s.id("save"))
+		if err != nil {
+			return "", nil, fmt.Errorf("%s: %w", kind, err)
+		}
+		if old := s.saved[path]; old != nil {
+			old.close()
+		}
+		s.saved[path] = snap
 		return s.futureJSON(map[string]any{"path": path, "type": kind}, q.ModelID)
 	case "/api/v1/load_weights":
 		var q struct {
@@ -356,13 +457,10 @@ func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 		if w == nil || !strings.Contains(q.Path, "/weights/") {
 			return "", nil, &httpError{http.StatusNotFound, "no checkpoint at " + q.Path}
 		}
-		m.m = w.Clone()
-		if !*q.Optimizer {
-			m.m.M, m.m.S, m.m.T = make([]float64, len(w.M)), make([]float64, len(w.S)), 0
+		if err := m.m.load(w, *q.Optimizer); err != nil {
+			return "", nil, fmt.Errorf("load_weights: %w", err)
 		}
 		return s.futureJSON(map[string]any{"path": q.Path, "type": "load_weights"}, q.ModelID)
-	case "/api/v1/asample":
-		return s.sample(body)
 	case "/api/v1/retrieve_future":
 		if a := r.Header.Get("Accept"); a != "application/json" && a != "application/x-protobuf" {
 			return "", nil, bad("retrieve_future: Accept %q", a)
@@ -464,7 +562,7 @@ func strict(body []byte, v any, typ string) error {
 
 // forwardBackward computes Tinker's built-in losses on datums (per-token
 // SUM, no normalisation) and accumulates the gradient.
-func (s *Server) forwardBackward(m *Bigram, q tinker.ForwardBackwardRequest) (tinker.ForwardBackwardOutput, error) {
+func (s *Server) forwardBackward(ctx context.Context, m learner, q tinker.ForwardBackwardRequest) (tinker.ForwardBackwardOutput, error) {
 	out := tinker.ForwardBackwardOutput{LossFnOutputType: "ArrayRecord", Metrics: map[string]float64{}}
 	lo, hi := 0.8, 1.2
 	switch q.LossFn {
@@ -489,12 +587,8 @@ func (s *Server) forwardBackward(m *Bigram, q tinker.ForwardBackwardRequest) (ti
 	if len(q.Data) == 0 {
 		return out, bad("forward_backward: no data")
 	}
-	type prepared struct {
-		tokens, targets []int32
-		grad            []float64
-	}
-	var todo []prepared
-	var total float64
+	var tokens, targets [][]int32
+	var inputs []map[string][]float64
 	for i, d := range q.Data {
 		n := len(d.Tokens)
 		if n == 0 {
@@ -529,22 +623,31 @@ func (s *Server) forwardBackward(m *Bigram, q tinker.ForwardBackwardRequest) (ti
 			}
 			vals[k] = v
 		}
-		targets := make([]int32, n)
+		tg := make([]int32, n)
 		for t, x := range vals["target_tokens"] {
 			if x < 0 || int(x) >= s.Vocab {
 				return out, bad("datum %d: target token %v outside the vocabulary", i, x)
 			}
-			targets[t] = int32(x)
+			tg[t] = int32(x)
 		}
 		for t, x := range d.Tokens {
 			if x < 0 || int(x) >= s.Vocab {
 				return out, bad("datum %d: input token %d outside the vocabulary", i, x)
 			}
-			if t+1 < n && d.Tokens[t+1] != targets[t] {
-				return out, bad("datum %d: target_tokens[%d] = %d is not model_input[%d] = %d", i, t, targets[t], t+1, d.Tokens[t+1])
+			if t+1 < n && d.Tokens[t+1] != tg[t] {
+				return out, bad("datum %d: target_tokens[%d] = %d is not model_input[%d] = %d", i, t, tg[t], t+1, d.Tokens[t+1])
 			}
 		}
-		lp := m.Logprobs(d.Tokens, targets)
+		tokens, targets, inputs = append(tokens, d.Tokens), append(targets, tg), append(inputs, vals)
+	}
+	lps, err := m.logprobs(ctx, tokens, targets)
+	if err != nil {
+		return out, fmt.Errorf("forward_backward: %w", err)
+	}
+	grads := make([][]float64, len(tokens))
+	var total float64
+	for i, lp := range lps {
+		n, vals := len(lp), inputs[i]
 		g := make([]float64, n)
 		norm := 1.0
 		if s.PerDatumMean && q.LossFn != "cross_entropy" {
@@ -573,11 +676,11 @@ func (s *Server) forwardBackward(m *Bigram, q tinker.ForwardBackwardRequest) (ti
 			}
 		}
 		out.Outputs = append(out.Outputs, map[string][]float64{"logprobs": lp})
-		todo = append(todo, prepared{d.Tokens, targets, g})
+		grads[i] = g
 	}
 	if !q.ForwardOnly {
-		for _, p := range todo {
-			m.Backward(p.tokens, p.targets, p.grad)
+		if err := m.backward(ctx, tokens, targets, grads); err != nil {
+			return out, fmt.Errorf("forward_backward: %w", err)
 		}
 	}
 	out.Metrics["loss:sum"] = total
@@ -593,7 +696,8 @@ func keys(m map[string]tinker.Tensor) []string {
 	return k
 }
 
-func (s *Server) sample(body []byte) (string, []byte, error) {
+// sample checks a sample request and returns its generation.
+func (s *Server) sample(body []byte) (generate, error) {
 	var q struct {
 		NumSamples int `json:"num_samples"`
 		Prompt     struct {
@@ -619,34 +723,41 @@ func (s *Server) sample(body []byte) (string, []byte, error) {
 		Type               string  `json:"type"`
 	}
 	if err := strict(body, &q, "sample"); err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	sp := q.SamplingParams
 	if q.NumSamples != 1 || len(q.Prompt.Chunks) != 1 || q.Prompt.Chunks[0].Type != "encoded_text" || len(q.Prompt.Chunks[0].Tokens) == 0 {
-		return "", nil, bad("sample: one sample of one non-empty encoded_text chunk expected")
+		return nil, bad("sample: one sample of one non-empty encoded_text chunk expected")
 	}
 	if sp.MaxTokens == nil || *sp.MaxTokens <= 0 || sp.Temperature == nil || *sp.Temperature < 0 || sp.TopK == nil || sp.TopP == nil {
-		return "", nil, bad("sample: sampling_params need max_tokens > 0, temperature ≥ 0, top_k, top_p")
+		return nil, bad("sample: sampling_params need max_tokens > 0, temperature ≥ 0, top_k, top_p")
 	}
 	w := s.saved[q.ModelPath]
 	if w == nil || !strings.Contains(q.ModelPath, "/sampler_weights/") {
-		return "", nil, &httpError{http.StatusNotFound, "no sampler weights at " + q.ModelPath}
+		return nil, &httpError{http.StatusNotFound, "no sampler weights at " + q.ModelPath}
 	}
 	prompt := q.Prompt.Chunks[0].Tokens
 	for _, t := range prompt {
 		if t < 0 || int(t) >= s.Vocab {
-			return "", nil, bad("sample: prompt token %d outside the vocabulary", t)
+			return nil, bad("sample: prompt token %d outside the vocabulary", t)
 		}
 	}
 	seed := uint64(0)
 	if sp.Seed != nil {
 		seed = *sp.Seed
 	}
-	rng := rand.New(rand.NewPCG(seed, uint64(len(prompt))))
-	toks, lps, stopped := w.Sample(prompt, *sp.MaxTokens, *sp.Temperature, *sp.TopP, *sp.TopK, sp.Stop, rng)
-	res := tinker.SampleResponse{Sequences: []tinker.SampledSequence{{Tokens: toks, Logprobs: lps, StopReason: tinker.StopReasonLength}}}
-	if stopped {
-		res.Sequences[0].StopReason = tinker.StopReasonStop
-	}
-	return s.futureProto(res.Marshal(), "")
+	return generate(func(ctx context.Context) (tinker.SampleResponse, error) {
+		toks, lps, stopped, err := w.sample(ctx, prompt, *sp.MaxTokens, *sp.Temperature, *sp.TopP, *sp.TopK, sp.Stop, seed)
+		if err != nil {
+			return tinker.SampleResponse{}, fmt.Errorf("sample: %w", err)
+		}
+		res := tinker.SampleResponse{Sequences: []tinker.SampledSequence{{Tokens: toks, Logprobs: lps, StopReason: tinker.StopReasonLength}}}
+		if stopped {
+			res.Sequences[0].StopReason = tinker.StopReasonStop
+		}
+		return res, nil
+	}), nil
 }
+
+// generate is sample's work, which handle runs outside the lock.
+type generate func(ctx context.Context) (tinker.SampleResponse, error)
