@@ -33,6 +33,6 @@ func Layers() [][]string {
 		// The assembly of one config.
 		{"app"},
 		// Commands, examples and end-to-end tests.
-		{"cmd/agl", "examples/", "tests/"},
+		{"cmd/agl", "examples/", "tests/", "trainer/tinker/tinkertest/cmd/tinkerserve"},
 	}
 }
