@@ -102,7 +102,7 @@ trainer: {tasks: tasks.jsonl, steps: 1, tasks_per_step: 2, group_size: 4, lr: 0.
 		pw.Close()
 	}()
 	ready := make(chan struct{})
-	go func() {
+	go func(ready chan struct{}) {
 		buf := make([]byte, 4096)
 		var seen strings.Builder
 		for {
@@ -116,7 +116,7 @@ trainer: {tasks: tasks.jsonl, steps: 1, tasks_per_step: 2, group_size: 4, lr: 0.
 				return
 			}
 		}
-	}()
+	}(ready)
 	select {
 	case <-ready:
 	case err := <-gwDone:

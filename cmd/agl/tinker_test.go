@@ -176,7 +176,7 @@ trainer:
 	if err != nil || json.Unmarshal(b, &vocab) != nil || vocab.N == 0 {
 		t.Fatalf("model config: %v %s", err, b)
 	}
-	svc.Vocab = vocab.N
+	svc.SetVocab(vocab.N)
 	return cfgPath
 }
 

@@ -30,8 +30,9 @@ import (
 // Server is the stand-in; read its state through its methods.
 type Server struct {
 	*httptest.Server
-	Key   string
-	Vocab int
+	Key string
+	// vocab bounds every token id (SetVocab changes it while serving).
+	vocab int
 	Seed  uint64
 	// baseDir, when set, is the embedded model directory every
 	// create_model starts from (NewTransformer); tmp holds its saves.
@@ -76,7 +77,7 @@ type future struct {
 // New starts a stand-in on loopback accepting key, with a vocab-token
 // model seeded by seed.
 func New(key string, vocab int, seed uint64) *Server {
-	s := &Server{Key: key, Vocab: vocab, Seed: seed, sessions: map[string]*session{}, models: map[string]*trainModel{},
+	s := &Server{Key: key, vocab: vocab, Seed: seed, sessions: map[string]*session{}, models: map[string]*trainModel{},
 		futures: map[string]future{}, saved: map[string]snapshot{}, faults: map[string][]int{}, requests: map[string]int{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.handle))
 	return s
@@ -111,6 +112,15 @@ func (s *Server) Close() {
 	if s.tmp != "" {
 		os.RemoveAll(s.tmp)
 	}
+}
+
+// SetVocab sets the vocabulary size token ids are checked against (and a
+// new bigram's size), for a caller that learns it after the server
+// started.
+func (s *Server) SetVocab(n int) {
+	s.mu.Lock()
+	s.vocab = n
+	s.mu.Unlock()
 }
 
 // Fail makes the next calls to path (e.g. "/api/v1/forward_backward")
@@ -347,7 +357,7 @@ func (s *Server) serve(r *http.Request, body []byte) (string, []byte, error) {
 		if s.models[id] != nil {
 			return "", nil, bad("create_model: model %s exists", id)
 		}
-		var m learner = NewBigram(s.Vocab, s.Seed)
+		var m learner = NewBigram(s.vocab, s.Seed)
 		if s.baseDir != "" {
 			t, err := newTransformer(s.baseDir, s.tmp)
 			if err != nil {
@@ -625,13 +635,13 @@ func (s *Server) forwardBackward(ctx context.Context, m learner, q tinker.Forwar
 		}
 		tg := make([]int32, n)
 		for t, x := range vals["target_tokens"] {
-			if x < 0 || int(x) >= s.Vocab {
+			if x < 0 || int(x) >= s.vocab {
 				return out, bad("datum %d: target token %v outside the vocabulary", i, x)
 			}
 			tg[t] = int32(x)
 		}
 		for t, x := range d.Tokens {
-			if x < 0 || int(x) >= s.Vocab {
+			if x < 0 || int(x) >= s.vocab {
 				return out, bad("datum %d: input token %d outside the vocabulary", i, x)
 			}
 			if t+1 < n && d.Tokens[t+1] != tg[t] {
@@ -738,7 +748,7 @@ func (s *Server) sample(body []byte) (generate, error) {
 	}
 	prompt := q.Prompt.Chunks[0].Tokens
 	for _, t := range prompt {
-		if t < 0 || int(t) >= s.Vocab {
+		if t < 0 || int(t) >= s.vocab {
 			return nil, bad("sample: prompt token %d outside the vocabulary", t)
 		}
 	}
