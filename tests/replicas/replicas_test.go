@@ -250,8 +250,11 @@ func TestReplicas(t *testing.T) {
 		st, _ := do(t, ctx, "POST", r.url+"/r/"+cl.Rollout.ID+"/"+cl.Attempt.ID+"/v1/chat/completions", cl.Key, map[string]any{"model": "qwen", "messages": []map[string]any{{"role": "user", "content": "x"}}})
 		return st
 	}
+	// The agent route with the attempt's own key: agl's controller runs
+	// this rollout, so the admin key's call would be another controller's
+	// agent (409).
 	alStatus := func(r *replica) int {
-		st, _ := do(t, ctx, "POST", r.url+"/al/proxy/rollout/"+cl.Rollout.ID+"/attempt/0/mode/train/openai/v1/chat/completions", adminKey, map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}})
+		st, _ := do(t, ctx, "POST", r.url+"/al/proxy/rollout/"+cl.Rollout.ID+"/attempt/0/mode/train/openai/v1/chat/completions", cl.Key, map[string]any{"messages": []map[string]any{{"role": "user", "content": "x"}}})
 		return st
 	}
 	eventually := func(what string, r *replica, status func(*replica) int, want int) {
