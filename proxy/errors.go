@@ -244,6 +244,16 @@ func verbatim(ctx context.Context) (bool, []byte) {
 	return ok, b
 }
 
+// callStyle is the error style of a call of shape sh: on Agent
+// Lightning's route (a call marked WithVerbatim) agl's own refusals are
+// FastAPI's {"detail": …}, as AL answers its own (HTTPException).
+func callStyle(ctx context.Context, sh *apiShape) errorStyle {
+	if v, _ := verbatim(ctx); v {
+		return styleFastAPI
+	}
+	return sh.style
+}
+
 // callError is backendError, with an upstream's error answer passed
 // through on a call marked WithVerbatim.
 func callError(ctx context.Context, err error) *apiError {

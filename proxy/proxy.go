@@ -162,10 +162,7 @@ var (
 
 // call is the state of one model call through the proxy.
 type call struct {
-	shape *apiShape
-	// fastAPI: the call came through Agent Lightning's route, whose
-	// refusals are FastAPI's {"detail": …}.
-	fastAPI bool
+	shape   *apiShape
 	target  Target
 	mode    store.Mode
 	body    []byte
@@ -303,12 +300,7 @@ func (p *Proxy) dispatch(w http.ResponseWriter, r *http.Request, t Target, sub s
 }
 
 func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *apiShape) {
-	style := sh.style
-	if v, _ := verbatim(r.Context()); v {
-		// Agent Lightning's route: agl's own refusals in FastAPI's shape,
-		// as AL answers its own (HTTPException).
-		style = styleFastAPI
-	}
+	style := callStyle(r.Context(), sh)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		writeError(w, style, &apiError{Status: http.StatusMethodNotAllowed, Message: "use POST"})
@@ -320,7 +312,7 @@ func (p *Proxy) serveCall(w http.ResponseWriter, r *http.Request, t Target, sh *
 		return
 	}
 	defer p.release()
-	c := &call{shape: sh, target: t, start: time.Now(), header: r.Header, fastAPI: style == styleFastAPI}
+	c := &call{shape: sh, target: t, start: time.Now(), header: r.Header}
 	ctx := r.Context()
 	mode, aerr := p.authorize(ctx, r, t, true)
 	if aerr != nil {

@@ -79,11 +79,7 @@ func (p *Proxy) recordError(ctx context.Context, c *call, e *apiError) {
 	if id == "" {
 		id = p.newID(c.shape.idPrefix)
 	}
-	style := c.shape.style
-	if c.fastAPI {
-		style = styleFastAPI
-	}
-	body := errorBody(style, e)
+	body := errorBody(callStyle(ctx, c.shape), e)
 	if len(body) > api.MaxCallErrorBytes {
 		// Cut before the rune that crosses the bound.
 		cut := api.MaxCallErrorBytes
