@@ -7,6 +7,7 @@ import (
 // Anthropic Messages: requests, content blocks and tools as the gateway
 // reads them; answers as it writes them.
 
+// AnthropicBlock is a content block of a Messages request.
 type AnthropicBlock struct {
 	Type      string          `json:"type"`
 	Text      string          `json:"text"`
@@ -22,6 +23,7 @@ type AnthropicBlock struct {
 	CacheControl json.RawMessage `json:"cache_control"`
 }
 
+// AnthropicMessage is a message of a Messages request.
 type AnthropicMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
@@ -30,6 +32,7 @@ type AnthropicMessage struct {
 	OutputConfig json.RawMessage `json:"output_config"`
 }
 
+// AnthropicTool is a tool a Messages request declares.
 type AnthropicTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
@@ -41,6 +44,7 @@ type AnthropicTool struct {
 	CacheControl json.RawMessage `json:"cache_control"`
 }
 
+// AnthropicRequest is a Messages request.
 type AnthropicRequest struct {
 	Model         string             `json:"model"`
 	MaxTokens     *int               `json:"max_tokens"`
@@ -65,6 +69,7 @@ type AnthropicRequest struct {
 	ServiceTier       json.RawMessage `json:"service_tier"`
 }
 
+// AnthropicOutBlock is a content block of an answer.
 type AnthropicOutBlock struct {
 	Type      string          `json:"type"`
 	Text      *string         `json:"text,omitempty"`
@@ -75,11 +80,14 @@ type AnthropicOutBlock struct {
 	Signature *string         `json:"signature,omitempty"`
 }
 
+// AnthropicUsage is the token counts of an answer.
 type AnthropicUsage struct {
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
 }
 
+// AnthropicResponse is a Messages answer (the message of a stream's
+// message_start too).
 type AnthropicResponse struct {
 	ID           string              `json:"id"`
 	Type         string              `json:"type"`

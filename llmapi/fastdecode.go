@@ -9,8 +9,11 @@ import (
 // Reflection-free decoding of Chat Completions requests, the gateway's most
 // common call. Each function reads exactly what json.Unmarshal would into
 // the same types and reports false on anything it does not read alike
-// (see package fastjson); decodeChat then falls back to encoding/json.
+// (see package fastjson).
 
+// DecodeChatFast decodes a Chat Completions request body into r as
+// json.Unmarshal would, and reports false where it cannot: then r is to
+// be reset and the body decoded with encoding/json.
 func DecodeChatFast(body []byte, r *ChatRequest) bool {
 	s := fastjson.New(body)
 	o, ok := s.Object()

@@ -8,12 +8,14 @@ import (
 // requests, contents and parts as the gateway reads them; answers as it
 // writes them.
 
+// GeminiFunctionCall is a functionCall part's call.
 type GeminiFunctionCall struct {
 	ID   string          `json:"id,omitempty"`
 	Name string          `json:"name"`
 	Args json.RawMessage `json:"args,omitempty"`
 }
 
+// GeminiFunctionResponse is a functionResponse part's result.
 type GeminiFunctionResponse struct {
 	ID           string          `json:"id"`
 	Name         string          `json:"name"`
@@ -23,6 +25,7 @@ type GeminiFunctionResponse struct {
 	Scheduling   json.RawMessage `json:"scheduling"`
 }
 
+// GeminiPart is a part of a request's Content.
 type GeminiPart struct {
 	Text             *string                 `json:"text"`
 	Thought          bool                    `json:"thought"`
@@ -40,11 +43,13 @@ type GeminiPart struct {
 	MediaRes      json.RawMessage `json:"mediaResolution"`
 }
 
+// GeminiContent is a Content: a role ("user", "model") and its parts.
 type GeminiContent struct {
 	Role  string       `json:"role"`
 	Parts []GeminiPart `json:"parts"`
 }
 
+// GeminiFunctionDeclaration is a function a request's tools declare.
 type GeminiFunctionDeclaration struct {
 	Name                 string          `json:"name"`
 	Description          string          `json:"description"`
@@ -56,8 +61,8 @@ type GeminiFunctionDeclaration struct {
 }
 
 // GeminiRequest holds the GenerateContentRequest fields the gateway reads;
-// every other top-level or generationConfig field that is set is listed
-// in the event's ignored field (gmKnown, gmKnownGeneration).
+// the proxy lists every other top-level or generationConfig field that is
+// set in the event's ignored field.
 type GeminiRequest struct {
 	Contents          []json.RawMessage `json:"contents"`
 	SystemInstruction json.RawMessage   `json:"systemInstruction"`
@@ -113,18 +118,21 @@ type GeminiCountRequest struct {
 	GenerateContentRequest json.RawMessage   `json:"generateContentRequest"`
 }
 
+// GeminiOutPart is a part of an answer's candidate.
 type GeminiOutPart struct {
 	Text         *string             `json:"text,omitempty"`
 	Thought      bool                `json:"thought,omitempty"`
 	FunctionCall *GeminiFunctionCall `json:"functionCall,omitempty"`
 }
 
+// GeminiUsage is the usageMetadata of an answer.
 type GeminiUsage struct {
 	PromptTokenCount     int `json:"promptTokenCount"`
 	CandidatesTokenCount int `json:"candidatesTokenCount"`
 	TotalTokenCount      int `json:"totalTokenCount"`
 }
 
+// GeminiCandidate is a candidate of an answer.
 type GeminiCandidate struct {
 	Content struct {
 		Role  string          `json:"role"`
@@ -134,6 +142,8 @@ type GeminiCandidate struct {
 	Index        int    `json:"index"`
 }
 
+// GeminiResponse is a GenerateContentResponse (an answer or a stream
+// chunk).
 type GeminiResponse struct {
 	Candidates    []GeminiCandidate `json:"candidates"`
 	UsageMetadata *GeminiUsage      `json:"usageMetadata,omitempty"`
@@ -141,9 +151,9 @@ type GeminiResponse struct {
 	ResponseID    string            `json:"responseId"`
 }
 
-// GeminiFunctionResult is the text of a functionResponse's response the model
-// sees: the string of {"output": "…"} (Gemini CLI's tool results), else
-// the object as compact JSON.
+// GeminiFunctionResult is the text of a functionResponse's response the
+// model sees: the string of {"output": "…"} (Gemini CLI's tool results),
+// else the object as compact JSON.
 func GeminiFunctionResult(raw json.RawMessage) string {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) == nil && len(m) == 1 {

@@ -25,6 +25,8 @@ func CompactJSON(raw json.RawMessage) string {
 // OpenAI Chat Completions and Completions: requests as the gateway reads
 // them, answers and stream chunks as it writes them.
 
+// ChatToolCall is a tool call of an assistant message (index: a stream
+// delta's).
 type ChatToolCall struct {
 	Index    *int   `json:"index,omitempty"`
 	ID       string `json:"id,omitempty"`
@@ -35,6 +37,7 @@ type ChatToolCall struct {
 	} `json:"function"`
 }
 
+// ChatMessage is a message of a Chat Completions request.
 type ChatMessage struct {
 	Role             string          `json:"role"`
 	Content          json.RawMessage `json:"content"`
@@ -55,6 +58,7 @@ type ChatMessage struct {
 // string; ok is false otherwise (then Content is to be read).
 func (m *ChatMessage) ContentString() (text string, ok bool) { return m.text, m.isText }
 
+// ChatTool is a tool a Chat Completions request declares.
 type ChatTool struct {
 	Type     string `json:"type"`
 	Function struct {
@@ -64,6 +68,7 @@ type ChatTool struct {
 	} `json:"function"`
 }
 
+// ChatRequest is a Chat Completions request.
 type ChatRequest struct {
 	Model               string          `json:"model"`
 	Messages            []ChatMessage   `json:"messages"`
@@ -96,12 +101,15 @@ type ChatRequest struct {
 	WebSearchOptions json.RawMessage `json:"web_search_options"`
 }
 
+// ChatUsage is the token counts of a Chat Completions or Completions
+// answer.
 type ChatUsage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
 }
 
+// ChatDelta is the delta of a Chat Completions stream chunk.
 type ChatDelta struct {
 	Role             string         `json:"role,omitempty"`
 	Content          *string        `json:"content,omitempty"`
@@ -118,6 +126,8 @@ type ChatReply struct {
 	ToolCalls        []ChatToolCall `json:"tool_calls,omitempty"`
 }
 
+// ChatChoice is a choice of an answer or stream chunk: a message, a delta
+// or a completion's text.
 type ChatChoice struct {
 	Index        int        `json:"index"`
 	Message      *ChatReply `json:"message,omitempty"`
@@ -127,6 +137,8 @@ type ChatChoice struct {
 	FinishReason *string    `json:"finish_reason"`
 }
 
+// ChatResponse is a Chat Completions or Completions answer or stream
+// chunk.
 type ChatResponse struct {
 	ID      string       `json:"id"`
 	Object  string       `json:"object"`
@@ -136,6 +148,7 @@ type ChatResponse struct {
 	Usage   *ChatUsage   `json:"usage,omitempty"`
 }
 
+// CompletionRequest is a Completions request.
 type CompletionRequest struct {
 	Model         string          `json:"model"`
 	Prompt        json.RawMessage `json:"prompt"`

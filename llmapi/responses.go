@@ -7,6 +7,9 @@ import (
 // OpenAI Responses: requests, input items and tools as the gateway reads
 // them; output items and the response object as it writes them.
 
+// ResponsesItem is an input item of a Responses request (a message, a
+// function or custom tool call or its output, reasoning); output items
+// come back as input items.
 type ResponsesItem struct {
 	Type      string          `json:"type"`
 	Role      string          `json:"role"`
@@ -23,6 +26,7 @@ type ResponsesItem struct {
 	} `json:"summary"`
 }
 
+// ResponsesTool is a tool a Responses request declares.
 type ResponsesTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name"`
@@ -32,6 +36,7 @@ type ResponsesTool struct {
 	Tools []ResponsesTool `json:"tools"`
 }
 
+// ResponsesRequest is a Responses request.
 type ResponsesRequest struct {
 	Model              string          `json:"model"`
 	Input              json.RawMessage `json:"input"`
@@ -58,6 +63,7 @@ type ResponsesRequest struct {
 	Truncation     json.RawMessage `json:"truncation"`
 }
 
+// ResponsesPart is an output_text part of an output message.
 type ResponsesPart struct {
 	Type        string `json:"type"`
 	Text        string `json:"text"`
@@ -65,11 +71,13 @@ type ResponsesPart struct {
 	Logprobs    []any  `json:"logprobs"`
 }
 
+// ResponsesSummary is a part of a reasoning item's summary.
 type ResponsesSummary struct {
 	Type string `json:"type"`
 	Text string `json:"text"`
 }
 
+// ResponsesOutItem is an output item of a response.
 type ResponsesOutItem struct {
 	Type      string             `json:"type"`
 	ID        string             `json:"id"`
@@ -106,6 +114,7 @@ func (it ResponsesOutItem) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(it))
 }
 
+// ResponsesUsage is the token counts of a response.
 type ResponsesUsage struct {
 	InputTokens        int `json:"input_tokens"`
 	InputTokensDetails struct {
@@ -118,6 +127,8 @@ type ResponsesUsage struct {
 	TotalTokens int `json:"total_tokens"`
 }
 
+// ResponsesResponse is a response object (an answer, or a stream event's
+// response).
 type ResponsesResponse struct {
 	ID                string    `json:"id"`
 	Object            string    `json:"object"`
