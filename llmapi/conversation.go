@@ -291,14 +291,8 @@ func anthropicMessage(role string, content json.RawMessage) []Message {
 	if json.Unmarshal(content, &blocks) != nil {
 		return []Message{{Role: role, Text: string(content)}}
 	}
-	var out []Message
-	cur := Message{Role: role}
-	flush := func() {
-		if cur.Text != "" || cur.Reasoning != "" || len(cur.ToolCalls) > 0 {
-			out = append(out, cur)
-		}
-		cur = Message{Role: role}
-	}
+	t := turn{cur: Message{Role: role}}
+	cur := &t.cur
 	for _, b := range blocks {
 		switch b.Type {
 		case "text":
@@ -308,14 +302,39 @@ func anthropicMessage(role string, content json.RawMessage) []Message {
 		case "tool_use":
 			cur.ToolCalls = append(cur.ToolCalls, ToolCall{ID: b.ID, Name: b.Name, Arguments: arguments(b.Input)})
 		case "tool_result":
-			flush()
-			out = append(out, Message{Role: "tool", ToolCallID: b.ToolUseID, Text: contentText(b.Content), IsError: b.IsError})
+			t.result(Message{Role: "tool", ToolCallID: b.ToolUseID, Text: contentText(b.Content), IsError: b.IsError})
 		default:
 			cur.Text += "[" + b.Type + "]"
 		}
 	}
-	flush()
-	return out
+	return t.done()
+}
+
+// turn gathers the parts of one API message (an Anthropic message, a
+// Gemini Content) into messages: text, reasoning and tool calls into the
+// current one; each tool result into a message of its own, after it.
+type turn struct {
+	out []Message
+	cur Message
+}
+
+// flush ends the current message (kept when it says anything).
+func (t *turn) flush() {
+	if t.cur.Text != "" || t.cur.Reasoning != "" || len(t.cur.ToolCalls) > 0 {
+		t.out = append(t.out, t.cur)
+	}
+	t.cur = Message{Role: t.cur.Role}
+}
+
+// result adds a tool result.
+func (t *turn) result(m Message) {
+	t.flush()
+	t.out = append(t.out, m)
+}
+
+func (t *turn) done() []Message {
+	t.flush()
+	return t.out
 }
 
 func (c *Call) anthropicRequest(req []byte) error {
@@ -355,14 +374,8 @@ func geminiMessages(ct *GeminiContent) []Message {
 	if ct.Role == "model" {
 		role = "assistant"
 	}
-	var out []Message
-	cur := Message{Role: role}
-	flush := func() {
-		if cur.Text != "" || cur.Reasoning != "" || len(cur.ToolCalls) > 0 {
-			out = append(out, cur)
-		}
-		cur = Message{Role: role}
-	}
+	t := turn{cur: Message{Role: role}}
+	cur := &t.cur
 	for i := range ct.Parts {
 		p := &ct.Parts[i]
 		switch {
@@ -376,13 +389,11 @@ func geminiMessages(ct *GeminiContent) []Message {
 		case p.FunctionCall != nil:
 			cur.ToolCalls = append(cur.ToolCalls, ToolCall{ID: p.FunctionCall.ID, Name: p.FunctionCall.Name, Arguments: arguments(p.FunctionCall.Args)})
 		case p.FunctionResponse != nil:
-			flush()
 			fr := p.FunctionResponse
-			out = append(out, Message{Role: "tool", ToolCallID: fr.ID, Name: fr.Name, Text: GeminiFunctionResult(fr.Response), IsError: geminiFailed(fr.Response)})
+			t.result(Message{Role: "tool", ToolCallID: fr.ID, Name: fr.Name, Text: GeminiFunctionResult(fr.Response), IsError: geminiFailed(fr.Response)})
 		}
 	}
-	flush()
-	return out
+	return t.done()
 }
 
 // geminiFailed reports whether a function response has an "error" member

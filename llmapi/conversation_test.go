@@ -2,8 +2,6 @@ package llmapi
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -115,9 +113,9 @@ func TestParseCall(t *testing.T) {
 // (proxy/testdata): every part of it is read, and each tool result
 // answers a tool call of an earlier assistant turn.
 func TestParseCallFixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "proxy", "testdata", "*-turn2.json"))
-	if err != nil || len(files) < 5 {
-		t.Fatalf("fixtures: %d, %v", len(files), err)
+	calls := cliCalls(t, "*-turn2.json")
+	if len(calls) < 5 {
+		t.Fatalf("%d fixtures", len(calls))
 	}
 	shapes := []struct{ route, shape, resp string }{
 		{"/chat/completions", api.ShapeChatCompletions, `{"choices":[{"message":{"role":"assistant","content":"5"}}]}`},
@@ -125,30 +123,18 @@ func TestParseCallFixtures(t *testing.T) {
 		{"/messages", api.ShapeMessages, `{"content":[{"type":"text","text":"5"}]}`},
 		{"Content", api.ShapeGenerateContent, `{"candidates":[{"content":{"role":"model","parts":[{"text":"5"}]}}]}`},
 	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var fx struct {
-				Path string          `json:"path"`
-				Body json.RawMessage `json:"body"`
-			}
-			if err := json.Unmarshal(b, &fx); err != nil {
-				t.Fatal(err)
-			}
-			path, _, _ := strings.Cut(fx.Path, "?")
+	for _, cc := range calls {
+		t.Run(cc.name, func(t *testing.T) {
 			shape, resp := "", ""
 			for _, s := range shapes {
-				if strings.HasSuffix(path, s.route) {
+				if strings.HasSuffix(cc.path, s.route) {
 					shape, resp = s.shape, s.resp
 				}
 			}
 			if shape == "" {
-				t.Fatalf("no shape for %s", fx.Path)
+				t.Fatalf("no shape for %s", cc.path)
 			}
-			c, err := ParseCall(shape, fx.Body, []byte(resp))
+			c, err := ParseCall(shape, cc.body, []byte(resp))
 			if err != nil {
 				t.Fatal(err)
 			}

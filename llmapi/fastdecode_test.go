@@ -2,10 +2,7 @@ package llmapi
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -19,37 +16,6 @@ var chatSeeds = []string{
 	`{"Model":"x"}`, `{"model":"a","model":"b"}`, `{"logit_bias":{"1":2}}`, `{"messages":[null,{"role":1}]}`, `{"max_tokens":1.0}`,
 	`{"temperature":1e50}`, `[]`, `{"model":"m"} x`, `{"messages":[{"tool_calls":[{"index":0,"function":null}]}]}`,
 	`{"stream_options":null,"response_format":null,"modalities":[null,"text"]}`, `{"seed":-9223372036854775808}`,
-}
-
-// fixtureBodies are the request bodies of the captured CLI calls in
-// proxy/testdata whose path (query left out) ends in route.
-func fixtureBodies(t testing.TB, route string) [][]byte {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "proxy", "testdata", "*-turn[12].json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no fixtures: %v", err)
-	}
-	var out [][]byte
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var fx struct {
-			Path string          `json:"path"`
-			Body json.RawMessage `json:"body"`
-		}
-		if err := json.Unmarshal(b, &fx); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if path, _, _ := strings.Cut(fx.Path, "?"); strings.HasSuffix(path, route) {
-			out = append(out, fx.Body)
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("no fixture calls %s", route)
-	}
-	return out
 }
 
 // chatRoute is the route of Chat Completions calls.
