@@ -1,74 +1,16 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/llmapi"
 )
 
 // Anthropic Messages ⇄ chat.Conversation.
-
-type amBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text"`
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Input     json.RawMessage `json:"input"`
-	ToolUseID string          `json:"tool_use_id"`
-	Content   json.RawMessage `json:"content"`
-	IsError   bool            `json:"is_error"`
-	Thinking  string          `json:"thinking"`
-	// CacheControl (prompt caching) is accepted and ignored: the token
-	// state is the gateway's own prefix cache.
-	CacheControl json.RawMessage `json:"cache_control"`
-}
-
-type amMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	// OutputConfig (per-turn effort, on Claude Code's system messages) is
-	// accepted and ignored.
-	OutputConfig json.RawMessage `json:"output_config"`
-}
-
-type amTool struct {
-	Type        string          `json:"type"`
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
-	// DeferLoading tools (tool search) are not in the model's context
-	// until discovered, as on Anthropic's API: left out of the prompt.
-	DeferLoading bool            `json:"defer_loading"`
-	CacheControl json.RawMessage `json:"cache_control"`
-}
-
-type amRequest struct {
-	Model         string          `json:"model"`
-	MaxTokens     *int            `json:"max_tokens"`
-	System        json.RawMessage `json:"system"`
-	Messages      []amMessage     `json:"messages"`
-	Tools         []amTool        `json:"tools"`
-	ToolChoice    json.RawMessage `json:"tool_choice"`
-	Temperature   *float32        `json:"temperature"`
-	TopP          *float32        `json:"top_p"`
-	TopK          *int            `json:"top_k"`
-	StopSequences []string        `json:"stop_sequences"`
-	Stream        bool            `json:"stream"`
-	MCPServers    json.RawMessage `json:"mcp_servers"`
-	Container     json.RawMessage `json:"container"`
-	// Accepted, recorded in the event's request, not honoured (listed in
-	// its ignored field): the model's own template decides whether it
-	// thinks; there is no server-side context editing, effort setting or
-	// service tier.
-	Thinking          json.RawMessage `json:"thinking"`
-	ContextManagement json.RawMessage `json:"context_management"`
-	OutputConfig      json.RawMessage `json:"output_config"`
-	ServiceTier       json.RawMessage `json:"service_tier"`
-}
 
 // amIgnoredHeaders are request headers whose value is listed in the
 // event's ignored field (beta features the gateway does not implement).
@@ -76,7 +18,7 @@ var amIgnoredHeaders = [...]string{"anthropic-beta"}
 
 // ignoreSet appends name to *ignored when raw is a set JSON value.
 func ignoreSet(ignored *[]string, name string, raw json.RawMessage) {
-	if isSet(raw) {
+	if llmapi.IsSet(raw) {
 		*ignored = append(*ignored, name)
 	}
 }
@@ -126,7 +68,7 @@ func amToolResult(raw json.RawMessage, param string, loaded *map[string]bool) (s
 // text blocks), listing blocks' cache_control as ignored.
 func amText(raw json.RawMessage, param string, ignored *[]string) (string, *apiError) {
 	if len(raw) > 0 && raw[0] == '[' {
-		var bs []amBlock
+		var bs []llmapi.AnthropicBlock
 		if err := json.Unmarshal(raw, &bs); err != nil {
 			return "", badRequest(param, "%s: Input should be a valid list of text blocks: %v", param, err)
 		}
@@ -148,7 +90,7 @@ func amText(raw json.RawMessage, param string, ignored *[]string) (string, *apiE
 }
 
 // amBlocks parses content that is a string or an array of blocks.
-func amBlocks(raw json.RawMessage, param string) ([]amBlock, *apiError) {
+func amBlocks(raw json.RawMessage, param string) ([]llmapi.AnthropicBlock, *apiError) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest(param, "content is required")
 	}
@@ -157,28 +99,17 @@ func amBlocks(raw json.RawMessage, param string) ([]amBlock, *apiError) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, badRequest(param, "invalid content: %v", err)
 		}
-		return []amBlock{{Type: "text", Text: s}}, nil
+		return []llmapi.AnthropicBlock{{Type: "text", Text: s}}, nil
 	}
-	var bs []amBlock
+	var bs []llmapi.AnthropicBlock
 	if err := json.Unmarshal(raw, &bs); err != nil {
 		return nil, badRequest(param, "content must be a string or an array of content blocks: %v", err)
 	}
 	return bs, nil
 }
 
-func compactJSON(raw json.RawMessage) string {
-	if len(raw) == 0 {
-		return "{}"
-	}
-	var b bytes.Buffer
-	if json.Compact(&b, raw) != nil {
-		return string(raw)
-	}
-	return b.String()
-}
-
 func decodeMessages(p *Proxy, c *call) *apiError {
-	var req amRequest
+	var req llmapi.AnthropicRequest
 	if e := decodeJSON(c.body, &req); e != nil {
 		return e
 	}
@@ -188,10 +119,10 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 		}
 		req.MaxTokens = new(int)
 	}
-	if isSet(req.MCPServers) {
+	if llmapi.IsSet(req.MCPServers) {
 		return unsupported("mcp_servers", "mcp_servers: MCP connectors are not supported")
 	}
-	if isSet(req.Container) {
+	if llmapi.IsSet(req.Container) {
 		return unsupported("container", "container: server-side containers are not supported")
 	}
 	var conv chat.Conversation
@@ -287,7 +218,7 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 					if b.ID == "" || b.Name == "" {
 						return badRequest(bp, "tool_use needs id and name")
 					}
-					msg.ToolCalls = append(msg.ToolCalls, chat.ToolCall{ID: b.ID, Name: b.Name, Arguments: compactJSON(b.Input)})
+					msg.ToolCalls = append(msg.ToolCalls, chat.ToolCall{ID: b.ID, Name: b.Name, Arguments: llmapi.CompactJSON(b.Input)})
 				default:
 					return unsupported(bp+".type", "content block type %q is not supported in assistant messages", b.Type)
 				}
@@ -353,32 +284,6 @@ func decodeMessages(p *Proxy, c *call) *apiError {
 	return nil
 }
 
-type amOutBlock struct {
-	Type      string          `json:"type"`
-	Text      *string         `json:"text,omitempty"`
-	ID        string          `json:"id,omitempty"`
-	Name      string          `json:"name,omitempty"`
-	Input     json.RawMessage `json:"input,omitempty"`
-	Thinking  *string         `json:"thinking,omitempty"`
-	Signature *string         `json:"signature,omitempty"`
-}
-
-type amUsage struct {
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
-}
-
-type amResponse struct {
-	ID           string       `json:"id"`
-	Type         string       `json:"type"`
-	Role         string       `json:"role"`
-	Model        string       `json:"model"`
-	Content      []amOutBlock `json:"content"`
-	StopReason   *string      `json:"stop_reason"`
-	StopSequence *string      `json:"stop_sequence"`
-	Usage        amUsage      `json:"usage"`
-}
-
 func amStopReason(r *Result) string {
 	switch {
 	case r.FinishReason == engine.FinishLength:
@@ -389,19 +294,19 @@ func amStopReason(r *Result) string {
 	return "end_turn"
 }
 
-func amContent(r *Result) []amOutBlock {
-	var out []amOutBlock
+func amContent(r *Result) []llmapi.AnthropicOutBlock {
+	var out []llmapi.AnthropicOutBlock
 	empty := ""
 	if r.Message.Reasoning != "" {
 		th := r.Message.Reasoning
-		out = append(out, amOutBlock{Type: "thinking", Thinking: &th, Signature: &empty})
+		out = append(out, llmapi.AnthropicOutBlock{Type: "thinking", Thinking: &th, Signature: &empty})
 	}
 	if r.Message.Content != "" || len(r.Message.ToolCalls) == 0 {
 		t := r.Message.Content
-		out = append(out, amOutBlock{Type: "text", Text: &t})
+		out = append(out, llmapi.AnthropicOutBlock{Type: "text", Text: &t})
 	}
 	for _, tc := range r.Message.ToolCalls {
-		out = append(out, amOutBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: jsonObject(tc.Arguments)})
+		out = append(out, llmapi.AnthropicOutBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: jsonObject(tc.Arguments)})
 	}
 	return out
 }
@@ -409,18 +314,18 @@ func amContent(r *Result) []amOutBlock {
 func encodeMessages(p *Proxy, c *call) ([]byte, error) {
 	r := c.res
 	stop := amStopReason(r)
-	resp := amResponse{ID: c.id, Type: "message", Role: chat.RoleAssistant, Model: r.Model, Content: amContent(r),
-		StopReason: &stop, Usage: amUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens}}
+	resp := llmapi.AnthropicResponse{ID: c.id, Type: "message", Role: chat.RoleAssistant, Model: r.Model, Content: amContent(r),
+		StopReason: &stop, Usage: llmapi.AnthropicUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens}}
 	return json.Marshal(&resp)
 }
 
 func streamMessages(p *Proxy, c *call, buf []byte) []byte {
 	r := c.res
-	start := amResponse{ID: c.id, Type: "message", Role: chat.RoleAssistant, Model: r.Model, Content: []amOutBlock{},
-		Usage: amUsage{InputTokens: r.PromptTokens}}
+	start := llmapi.AnthropicResponse{ID: c.id, Type: "message", Role: chat.RoleAssistant, Model: r.Model, Content: []llmapi.AnthropicOutBlock{},
+		Usage: llmapi.AnthropicUsage{InputTokens: r.PromptTokens}}
 	buf = appendSSEEvent(buf, "message_start", mustJSON(struct {
-		Type    string      `json:"type"`
-		Message *amResponse `json:"message"`
+		Type    string                    `json:"type"`
+		Message *llmapi.AnthropicResponse `json:"message"`
 	}{"message_start", &start}))
 	type delta struct {
 		Type        string  `json:"type"`
@@ -430,24 +335,24 @@ func streamMessages(p *Proxy, c *call, buf []byte) []byte {
 		Signature   *string `json:"signature,omitempty"`
 	}
 	type blockEvent struct {
-		Type         string      `json:"type"`
-		Index        int         `json:"index"`
-		ContentBlock *amOutBlock `json:"content_block,omitempty"`
-		Delta        *delta      `json:"delta,omitempty"`
+		Type         string                    `json:"type"`
+		Index        int                       `json:"index"`
+		ContentBlock *llmapi.AnthropicOutBlock `json:"content_block,omitempty"`
+		Delta        *delta                    `json:"delta,omitempty"`
 	}
 	empty := ""
 	for i, b := range amContent(r) {
-		var head amOutBlock
+		var head llmapi.AnthropicOutBlock
 		var d delta
 		switch b.Type {
 		case "thinking":
-			head = amOutBlock{Type: "thinking", Thinking: &empty, Signature: &empty}
+			head = llmapi.AnthropicOutBlock{Type: "thinking", Thinking: &empty, Signature: &empty}
 			d = delta{Type: "thinking_delta", Thinking: b.Thinking}
 		case "text":
-			head = amOutBlock{Type: "text", Text: &empty}
+			head = llmapi.AnthropicOutBlock{Type: "text", Text: &empty}
 			d = delta{Type: "text_delta", Text: b.Text}
 		case "tool_use":
-			head = amOutBlock{Type: "tool_use", ID: b.ID, Name: b.Name, Input: json.RawMessage("{}")}
+			head = llmapi.AnthropicOutBlock{Type: "tool_use", ID: b.ID, Name: b.Name, Input: json.RawMessage("{}")}
 			s := string(b.Input)
 			d = delta{Type: "input_json_delta", PartialJSON: &s}
 		}
@@ -465,10 +370,10 @@ func streamMessages(p *Proxy, c *call, buf []byte) []byte {
 			StopReason   string  `json:"stop_reason"`
 			StopSequence *string `json:"stop_sequence"`
 		} `json:"delta"`
-		Usage amUsage `json:"usage"`
+		Usage llmapi.AnthropicUsage `json:"usage"`
 	}{Type: "message_delta", Delta: struct {
 		StopReason   string  `json:"stop_reason"`
 		StopSequence *string `json:"stop_sequence"`
-	}{StopReason: stop}, Usage: amUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens}}))
+	}{StopReason: stop}, Usage: llmapi.AnthropicUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens}}))
 	return appendSSEEvent(buf, "message_stop", []byte(`{"type":"message_stop"}`))
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/internal/fastjson"
+	"github.com/aglrl/agl/llmapi"
 )
 
 // checkConversation validates a translated conversation: known roles, tool
@@ -78,6 +80,13 @@ func appendSSEData(b, data []byte) []byte {
 	return append(b, '\n', '\n')
 }
 
+// appendSSEChunk appends r as one unnamed server-sent event.
+func appendSSEChunk(b []byte, r *llmapi.ChatResponse) []byte {
+	b = append(b, "data: "...)
+	b = llmapi.AppendChatResponse(b, r)
+	return append(b, '\n', '\n')
+}
+
 // appendSSEEvent appends one named server-sent event.
 func appendSSEEvent(b []byte, name string, data []byte) []byte {
 	b = append(b, "event: "...)
@@ -135,4 +144,11 @@ func textOf(raw json.RawMessage, param string) (string, *apiError) {
 		s += p.Text
 	}
 	return s, nil
+}
+
+// stringFast decodes a JSON string value (raw is one whole value).
+func stringFast(raw []byte) (string, bool) {
+	s := fastjson.New(raw)
+	v, ok := s.String()
+	return v, ok && s.End()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/internal/fastjson"
+	"github.com/aglrl/agl/llmapi"
 )
 
 // The Gemini API (generativelanguage.googleapis.com v1beta) ⇄
@@ -30,81 +31,6 @@ import (
 // functionCall parts to tool calls. Opaque thoughtSignatures are accepted
 // on any part and kept only in the recorded request.
 
-type gmFunctionCall struct {
-	ID   string          `json:"id,omitempty"`
-	Name string          `json:"name"`
-	Args json.RawMessage `json:"args,omitempty"`
-}
-
-type gmFunctionResponse struct {
-	ID           string          `json:"id"`
-	Name         string          `json:"name"`
-	Response     json.RawMessage `json:"response"`
-	Parts        json.RawMessage `json:"parts"`
-	WillContinue json.RawMessage `json:"willContinue"`
-	Scheduling   json.RawMessage `json:"scheduling"`
-}
-
-type gmPart struct {
-	Text             *string             `json:"text"`
-	Thought          bool                `json:"thought"`
-	ThoughtSignature json.RawMessage     `json:"thoughtSignature"`
-	FunctionCall     *gmFunctionCall     `json:"functionCall"`
-	FunctionResponse *gmFunctionResponse `json:"functionResponse"`
-	// Data the model cannot take: refused by name.
-	InlineData          json.RawMessage `json:"inlineData"`
-	FileData            json.RawMessage `json:"fileData"`
-	ExecutableCode      json.RawMessage `json:"executableCode"`
-	CodeExecutionResult json.RawMessage `json:"codeExecutionResult"`
-	// Metadata, listed as ignored.
-	VideoMetadata json.RawMessage `json:"videoMetadata"`
-	PartMetadata  json.RawMessage `json:"partMetadata"`
-	MediaRes      json.RawMessage `json:"mediaResolution"`
-}
-
-type gmContent struct {
-	Role  string   `json:"role"`
-	Parts []gmPart `json:"parts"`
-}
-
-type gmFunctionDeclaration struct {
-	Name                 string          `json:"name"`
-	Description          string          `json:"description"`
-	Parameters           json.RawMessage `json:"parameters"`
-	ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema"`
-	Response             json.RawMessage `json:"response"`
-	ResponseJSONSchema   json.RawMessage `json:"responseJsonSchema"`
-	Behavior             json.RawMessage `json:"behavior"`
-}
-
-// gmRequest holds the GenerateContentRequest fields the gateway reads;
-// every other top-level or generationConfig field that is set is listed
-// in the event's ignored field (gmKnown, gmKnownGeneration).
-type gmRequest struct {
-	Contents          []json.RawMessage `json:"contents"`
-	SystemInstruction json.RawMessage   `json:"systemInstruction"`
-	Tools             []json.RawMessage `json:"tools"`
-	ToolConfig        *struct {
-		FunctionCallingConfig *struct {
-			Mode                 string   `json:"mode"`
-			AllowedFunctionNames []string `json:"allowedFunctionNames"`
-		} `json:"functionCallingConfig"`
-		RetrievalConfig json.RawMessage `json:"retrievalConfig"`
-	} `json:"toolConfig"`
-	GenerationConfig json.RawMessage `json:"generationConfig"`
-}
-
-// gmGenerationConfig holds the generationConfig fields the gateway honours.
-type gmGenerationConfig struct {
-	Temperature     *float32 `json:"temperature"`
-	TopP            *float32 `json:"topP"`
-	TopK            *float64 `json:"topK"`
-	MaxOutputTokens *int     `json:"maxOutputTokens"`
-	StopSequences   []string `json:"stopSequences"`
-	Seed            *int64   `json:"seed"`
-	CandidateCount  *int     `json:"candidateCount"`
-}
-
 var (
 	gmKnown = map[string]bool{"contents": true, "systemInstruction": true, "tools": true, "toolConfig": true, "generationConfig": true}
 	// gmKnownNested: countTokens' generateContentRequest also names its model.
@@ -121,7 +47,7 @@ func gmIgnoredKeys(obj json.RawMessage, prefix string, known map[string]bool, ig
 	}
 	keys := make([]string, 0, len(m))
 	for k, v := range m {
-		if !known[k] && isSet(v) {
+		if !known[k] && llmapi.IsSet(v) {
 			keys = append(keys, k)
 		}
 	}
@@ -177,45 +103,6 @@ func gmSchema(v any) any {
 	return v
 }
 
-// gmFunctionResult is the text of a functionResponse's response the model
-// sees: the string of {"output": "…"} (Gemini CLI's tool results), else
-// the object as compact JSON.
-func gmFunctionResult(raw json.RawMessage) string {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) == nil && len(m) == 1 {
-		if out, ok := m["output"]; ok && len(out) > 0 && out[0] == '"' {
-			var s string
-			if json.Unmarshal(out, &s) == nil {
-				return s
-			}
-		}
-	}
-	return compactJSON(raw)
-}
-
-// dataKinds names the data fields set in a part.
-func (p *gmPart) dataKinds() []string {
-	var ks []string
-	if p.Text != nil {
-		ks = append(ks, "text")
-	}
-	if p.FunctionCall != nil {
-		ks = append(ks, "functionCall")
-	}
-	if p.FunctionResponse != nil {
-		ks = append(ks, "functionResponse")
-	}
-	for _, d := range [...]struct {
-		name string
-		raw  json.RawMessage
-	}{{"inlineData", p.InlineData}, {"fileData", p.FileData}, {"executableCode", p.ExecutableCode}, {"codeExecutionResult", p.CodeExecutionResult}} {
-		if isSet(d.raw) {
-			ks = append(ks, d.name)
-		}
-	}
-	return ks
-}
-
 // gmPendingCall is a functionCall not yet answered.
 type gmPendingCall struct {
 	id, name string
@@ -234,7 +121,7 @@ type gmDecoder struct {
 func (d *gmDecoder) decodeContents(contents []json.RawMessage) *apiError {
 	for i, raw := range contents {
 		param := "contents[" + strconv.Itoa(i) + "]"
-		var ct gmContent
+		var ct llmapi.GeminiContent
 		if string(raw) == "null" {
 			return badRequest(param, "%s: must be a Content object, got null", param)
 		}
@@ -264,8 +151,8 @@ func (d *gmDecoder) decodeContents(contents []json.RawMessage) *apiError {
 
 // partKind checks that part has exactly one data field the gateway takes
 // and returns it.
-func (d *gmDecoder) partKind(p *gmPart, pp string) (string, *apiError) {
-	ks := p.dataKinds()
+func (d *gmDecoder) partKind(p *llmapi.GeminiPart, pp string) (string, *apiError) {
+	ks := p.DataKinds()
 	switch {
 	case len(ks) == 0:
 		return "", badRequest(pp, "%s: part has no data: set one of text, functionCall, functionResponse", pp)
@@ -283,7 +170,7 @@ func (d *gmDecoder) partKind(p *gmPart, pp string) (string, *apiError) {
 	return ks[0], nil
 }
 
-func (d *gmDecoder) userTurn(ct *gmContent, param string) *apiError {
+func (d *gmDecoder) userTurn(ct *llmapi.GeminiContent, param string) *apiError {
 	var text []string
 	flush := func() {
 		if len(text) > 0 {
@@ -311,7 +198,7 @@ func (d *gmDecoder) userTurn(ct *gmContent, param string) *apiError {
 			if fr.Name == "" {
 				return badRequest(fp+".name", "%s.name: required", fp)
 			}
-			if isSet(fr.Parts) && string(fr.Parts) != "[]" {
+			if llmapi.IsSet(fr.Parts) && string(fr.Parts) != "[]" {
 				return unsupported(fp+".parts", "%s.parts: multimodal function responses are not supported", fp)
 			}
 			ignoreSet(&d.ignored, fp+".willContinue", fr.WillContinue)
@@ -337,13 +224,13 @@ func (d *gmDecoder) userTurn(ct *gmContent, param string) *apiError {
 				}
 			}
 			pc.answered = true
-			if !isSet(fr.Response) {
+			if !llmapi.IsSet(fr.Response) {
 				return badRequest(fp+".response", "%s.response: required (a JSON object)", fp)
 			}
 			if fr.Response[0] != '{' {
 				return badRequest(fp+".response", "%s.response: must be a JSON object", fp)
 			}
-			d.conv.Messages = append(d.conv.Messages, chat.Message{Role: chat.RoleTool, Content: gmFunctionResult(fr.Response), ToolCallID: pc.id, Name: fr.Name})
+			d.conv.Messages = append(d.conv.Messages, chat.Message{Role: chat.RoleTool, Content: llmapi.GeminiFunctionResult(fr.Response), ToolCallID: pc.id, Name: fr.Name})
 		case "functionCall":
 			return badRequest(pp+".functionCall", "%s.functionCall: function calls belong to 'model' turns", pp)
 		}
@@ -352,7 +239,7 @@ func (d *gmDecoder) userTurn(ct *gmContent, param string) *apiError {
 	return nil
 }
 
-func (d *gmDecoder) modelTurn(ct *gmContent, param string) *apiError {
+func (d *gmDecoder) modelTurn(ct *llmapi.GeminiContent, param string) *apiError {
 	msg := chat.Message{Role: chat.RoleAssistant}
 	var text strings.Builder
 	for j := range ct.Parts {
@@ -375,7 +262,7 @@ func (d *gmDecoder) modelTurn(ct *gmContent, param string) *apiError {
 			if fc.Name == "" {
 				return badRequest(fp+".name", "%s.name: required", fp)
 			}
-			if isSet(fc.Args) && fc.Args[0] != '{' {
+			if llmapi.IsSet(fc.Args) && fc.Args[0] != '{' {
 				return badRequest(fp+".args", "%s.args: must be a JSON object", fp)
 			}
 			id := fc.ID
@@ -393,7 +280,7 @@ func (d *gmDecoder) modelTurn(ct *gmContent, param string) *apiError {
 			}
 			d.byID[id] = pc
 			d.calls = append(d.calls, pc)
-			msg.ToolCalls = append(msg.ToolCalls, chat.ToolCall{ID: id, Name: fc.Name, Arguments: compactJSON(fc.Args)})
+			msg.ToolCalls = append(msg.ToolCalls, chat.ToolCall{ID: id, Name: fc.Name, Arguments: llmapi.CompactJSON(fc.Args)})
 		case "functionResponse":
 			return badRequest(pp+".functionResponse", "%s.functionResponse: function responses belong to 'user' turns", pp)
 		}
@@ -406,10 +293,10 @@ func (d *gmDecoder) modelTurn(ct *gmContent, param string) *apiError {
 // systemInstruction appends the system message of raw (a Content).
 func (d *gmDecoder) systemInstruction(raw json.RawMessage) *apiError {
 	const param = "systemInstruction"
-	if !isSet(raw) {
+	if !llmapi.IsSet(raw) {
 		return nil
 	}
-	var ct gmContent
+	var ct llmapi.GeminiContent
 	if err := json.Unmarshal(raw, &ct); err != nil {
 		return badRequest(param, "%s: must be a Content object with text parts: %v", param, err)
 	}
@@ -439,12 +326,12 @@ func (d *gmDecoder) tools(tools []json.RawMessage) *apiError {
 			return badRequest(tp, "%s: must be a Tool object", tp)
 		}
 		for k, v := range m {
-			if k != "functionDeclarations" && isSet(v) {
+			if k != "functionDeclarations" && llmapi.IsSet(v) {
 				return unsupported(tp+"."+k, "%s.%s: tool %s is not supported (functionDeclarations only)", tp, k, k)
 			}
 		}
-		var fds []gmFunctionDeclaration
-		if err := json.Unmarshal(m["functionDeclarations"], &fds); err != nil && isSet(m["functionDeclarations"]) {
+		var fds []llmapi.GeminiFunctionDeclaration
+		if err := json.Unmarshal(m["functionDeclarations"], &fds); err != nil && llmapi.IsSet(m["functionDeclarations"]) {
 			return badRequest(tp+".functionDeclarations", "%s.functionDeclarations: must be a list of FunctionDeclaration: %v", tp, err)
 		}
 		for j, fd := range fds {
@@ -457,9 +344,9 @@ func (d *gmDecoder) tools(tools []json.RawMessage) *apiError {
 			ignoreSet(&d.ignored, fp+".behavior", fd.Behavior)
 			params := fd.ParametersJSONSchema
 			switch {
-			case isSet(fd.Parameters) && isSet(fd.ParametersJSONSchema):
+			case llmapi.IsSet(fd.Parameters) && llmapi.IsSet(fd.ParametersJSONSchema):
 				return badRequest(fp+".parameters", "%s: set parameters or parametersJsonSchema, not both", fp)
-			case isSet(fd.Parameters):
+			case llmapi.IsSet(fd.Parameters):
 				var v any
 				if err := json.Unmarshal(fd.Parameters, &v); err != nil {
 					return badRequest(fp+".parameters", "%s.parameters: %v", fp, err)
@@ -468,7 +355,7 @@ func (d *gmDecoder) tools(tools []json.RawMessage) *apiError {
 					return badRequest(fp+".parameters", "%s.parameters: must be a Schema object", fp)
 				}
 				params = mustJSON(gmSchema(v))
-			case isSet(params):
+			case llmapi.IsSet(params):
 				if params[0] != '{' {
 					return badRequest(fp+".parametersJsonSchema", "%s.parametersJsonSchema: must be a JSON Schema object", fp)
 				}
@@ -481,22 +368,15 @@ func (d *gmDecoder) tools(tools []json.RawMessage) *apiError {
 	return nil
 }
 
-// gmCountRequest is countTokens' body: contents, or a whole
-// generateContentRequest.
-type gmCountRequest struct {
-	Contents               []json.RawMessage `json:"contents"`
-	GenerateContentRequest json.RawMessage   `json:"generateContentRequest"`
-}
-
 func decodeGemini(p *Proxy, c *call) *apiError {
 	body := c.body
 	known := gmKnown
 	if c.countOnly {
-		var cr gmCountRequest
+		var cr llmapi.GeminiCountRequest
 		if e := decodeJSON(body, &cr); e != nil {
 			return e
 		}
-		if isSet(cr.GenerateContentRequest) {
+		if llmapi.IsSet(cr.GenerateContentRequest) {
 			if cr.Contents != nil {
 				return badRequest("contents", "set contents or generateContentRequest, not both")
 			}
@@ -507,7 +387,7 @@ func decodeGemini(p *Proxy, c *call) *apiError {
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		return badRequest("", "request body must be a JSON object (GenerateContentRequest)")
 	}
-	var req gmRequest
+	var req llmapi.GeminiRequest
 	if e := decodeJSON(body, &req); e != nil {
 		return e
 	}
@@ -554,8 +434,8 @@ func decodeGemini(p *Proxy, c *call) *apiError {
 	var s engine.Sampling
 	var stop []string
 	temperatureSet := false
-	if isSet(req.GenerationConfig) {
-		var gc gmGenerationConfig
+	if llmapi.IsSet(req.GenerationConfig) {
+		var gc llmapi.GeminiGenerationConfig
 		if e := decodeJSON(req.GenerationConfig, &gc); e != nil {
 			e.Param = "generationConfig." + e.Param
 			return e
@@ -595,34 +475,6 @@ func decodeGemini(p *Proxy, c *call) *apiError {
 	return nil
 }
 
-type gmOutPart struct {
-	Text         *string         `json:"text,omitempty"`
-	Thought      bool            `json:"thought,omitempty"`
-	FunctionCall *gmFunctionCall `json:"functionCall,omitempty"`
-}
-
-type gmUsage struct {
-	PromptTokenCount     int `json:"promptTokenCount"`
-	CandidatesTokenCount int `json:"candidatesTokenCount"`
-	TotalTokenCount      int `json:"totalTokenCount"`
-}
-
-type gmCandidate struct {
-	Content struct {
-		Role  string      `json:"role"`
-		Parts []gmOutPart `json:"parts"`
-	} `json:"content"`
-	FinishReason string `json:"finishReason,omitempty"`
-	Index        int    `json:"index"`
-}
-
-type gmResponse struct {
-	Candidates    []gmCandidate `json:"candidates"`
-	UsageMetadata *gmUsage      `json:"usageMetadata,omitempty"`
-	ModelVersion  string        `json:"modelVersion"`
-	ResponseID    string        `json:"responseId"`
-}
-
 // gmFinishReason is the candidate's finishReason: the Gemini API answers
 // STOP for a turn that ends in function calls too.
 func gmFinishReason(r *Result) string {
@@ -634,31 +486,31 @@ func gmFinishReason(r *Result) string {
 
 // gmParts are the reply's parts: a thought part, the text (also when
 // empty and nothing else was said), then the function calls.
-func gmParts(r *Result) []gmOutPart {
-	var out []gmOutPart
+func gmParts(r *Result) []llmapi.GeminiOutPart {
+	var out []llmapi.GeminiOutPart
 	if r.Message.Reasoning != "" {
 		th := r.Message.Reasoning
-		out = append(out, gmOutPart{Text: &th, Thought: true})
+		out = append(out, llmapi.GeminiOutPart{Text: &th, Thought: true})
 	}
 	if r.Message.Content != "" || len(r.Message.ToolCalls) == 0 {
 		t := r.Message.Content
-		out = append(out, gmOutPart{Text: &t})
+		out = append(out, llmapi.GeminiOutPart{Text: &t})
 	}
 	for _, tc := range r.Message.ToolCalls {
-		out = append(out, gmOutPart{FunctionCall: &gmFunctionCall{ID: tc.ID, Name: tc.Name, Args: jsonObject(tc.Arguments)}})
+		out = append(out, llmapi.GeminiOutPart{FunctionCall: &llmapi.GeminiFunctionCall{ID: tc.ID, Name: tc.Name, Args: jsonObject(tc.Arguments)}})
 	}
 	return out
 }
 
-func gmChunk(c *call, parts []gmOutPart, last bool) *gmResponse {
+func gmChunk(c *call, parts []llmapi.GeminiOutPart, last bool) *llmapi.GeminiResponse {
 	r := c.res
-	resp := &gmResponse{Candidates: make([]gmCandidate, 1), ModelVersion: r.Model, ResponseID: c.id}
+	resp := &llmapi.GeminiResponse{Candidates: make([]llmapi.GeminiCandidate, 1), ModelVersion: r.Model, ResponseID: c.id}
 	cand := &resp.Candidates[0]
 	cand.Content.Role = "model"
 	cand.Content.Parts = parts
 	if last {
 		cand.FinishReason = gmFinishReason(r)
-		resp.UsageMetadata = &gmUsage{PromptTokenCount: r.PromptTokens, CandidatesTokenCount: r.CompletionTokens, TotalTokenCount: r.PromptTokens + r.CompletionTokens}
+		resp.UsageMetadata = &llmapi.GeminiUsage{PromptTokenCount: r.PromptTokens, CandidatesTokenCount: r.CompletionTokens, TotalTokenCount: r.PromptTokens + r.CompletionTokens}
 	}
 	return resp
 }

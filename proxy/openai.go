@@ -6,80 +6,14 @@ import (
 
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
+	"github.com/aglrl/agl/llmapi"
 )
 
 // OpenAI Chat Completions and Completions ⇄ chat.Conversation.
 
-type ccToolCall struct {
-	Index    *int   `json:"index,omitempty"`
-	ID       string `json:"id,omitempty"`
-	Type     string `json:"type,omitempty"`
-	Function struct {
-		Name      string `json:"name,omitempty"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-type ccMessage struct {
-	Role             string          `json:"role"`
-	Content          json.RawMessage `json:"content"`
-	Name             string          `json:"name"`
-	ToolCalls        []ccToolCall    `json:"tool_calls"`
-	ToolCallID       string          `json:"tool_call_id"`
-	ReasoningContent string          `json:"reasoning_content"`
-	FunctionCall     json.RawMessage `json:"function_call"`
-	Audio            json.RawMessage `json:"audio"`
-
-	// text is Content decoded, when isText (the fast decoder read it as
-	// a string).
-	text   string
-	isText bool
-}
-
-type ccTool struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	} `json:"function"`
-}
-
-type ccRequest struct {
-	Model               string          `json:"model"`
-	Messages            []ccMessage     `json:"messages"`
-	Tools               []ccTool        `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
-	Functions           json.RawMessage `json:"functions"`
-	Temperature         *float32        `json:"temperature"`
-	TopP                *float32        `json:"top_p"`
-	TopK                *int            `json:"top_k"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	N                   *int            `json:"n"`
-	Stop                json.RawMessage `json:"stop"`
-	Seed                *int64          `json:"seed"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	ResponseFormat *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
-	Logprobs         bool            `json:"logprobs"`
-	TopLogprobs      *int            `json:"top_logprobs"`
-	LogitBias        map[string]any  `json:"logit_bias"`
-	PresencePenalty  *float64        `json:"presence_penalty"`
-	FrequencyPenalty *float64        `json:"frequency_penalty"`
-	Modalities       []string        `json:"modalities"`
-	Audio            json.RawMessage `json:"audio"`
-	Prediction       json.RawMessage `json:"prediction"`
-	WebSearchOptions json.RawMessage `json:"web_search_options"`
-}
-
-// unsupportedChat rejects Chat Completions parameters the gateway cannot
+// chatUnsupported rejects Chat Completions parameters the gateway cannot
 // honour (rather than silently ignoring them).
-func (r *ccRequest) unsupported() *apiError {
+func chatUnsupported(r *llmapi.ChatRequest) *apiError {
 	switch {
 	case r.N != nil && *r.N != 1:
 		return unsupported("n", "n=%d is not supported: ask for one choice per call", *r.N)
@@ -97,17 +31,15 @@ func (r *ccRequest) unsupported() *apiError {
 		return unsupported("frequency_penalty", "frequency_penalty is not supported (it would change the sampling policy being trained)")
 	case len(r.Modalities) > 1 || (len(r.Modalities) == 1 && r.Modalities[0] != "text"):
 		return unsupported("modalities", "only the text modality is supported")
-	case isSet(r.Audio):
+	case llmapi.IsSet(r.Audio):
 		return unsupported("audio", "audio output is not supported")
-	case isSet(r.Prediction):
+	case llmapi.IsSet(r.Prediction):
 		return unsupported("prediction", "predicted outputs are not supported")
-	case isSet(r.WebSearchOptions):
+	case llmapi.IsSet(r.WebSearchOptions):
 		return unsupported("web_search_options", "web search is not supported")
 	}
 	return nil
 }
-
-func isSet(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // stopStrings parses "stop": a string or an array of strings.
 func stopStrings(raw json.RawMessage, param string) ([]string, *apiError) {
@@ -150,14 +82,14 @@ func toolChoiceDropsTools(raw json.RawMessage) (bool, *apiError) {
 }
 
 func decodeChat(p *Proxy, c *call) *apiError {
-	var req ccRequest
-	if !decodeChatFast(c.body, &req) {
-		req = ccRequest{}
+	var req llmapi.ChatRequest
+	if !llmapi.DecodeChatFast(c.body, &req) {
+		req = llmapi.ChatRequest{}
 		if e := decodeJSON(c.body, &req); e != nil {
 			return e
 		}
 	}
-	if e := req.unsupported(); e != nil {
+	if e := chatUnsupported(&req); e != nil {
 		return e
 	}
 	conv := chat.Conversation{Messages: make([]chat.Message, 0, len(req.Messages))}
@@ -170,8 +102,8 @@ func decodeChat(p *Proxy, c *call) *apiError {
 		if m.Audio != nil && string(m.Audio) != "null" {
 			return unsupported(param+".audio", "audio is not supported")
 		}
-		text := m.text
-		if !m.isText {
+		text, isText := m.ContentString()
+		if !isText {
 			var e *apiError
 			if text, e = textOf(m.Content, param+".content"); e != nil {
 				return e
@@ -248,49 +180,9 @@ func decodeChat(p *Proxy, c *call) *apiError {
 	return nil
 }
 
-type ccUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-type ccOutMessage struct {
-	Role             string       `json:"role,omitempty"`
-	Content          *string      `json:"content,omitempty"`
-	ReasoningContent string       `json:"reasoning_content,omitempty"`
-	ToolCalls        []ccToolCall `json:"tool_calls,omitempty"`
-}
-
-// ccFullMessage is a non-streamed message: content is null, not absent,
-// when there is none (as OpenAI answers; harnesses read it unguarded).
-type ccFullMessage struct {
-	Role             string       `json:"role"`
-	Content          *string      `json:"content"`
-	ReasoningContent string       `json:"reasoning_content,omitempty"`
-	ToolCalls        []ccToolCall `json:"tool_calls,omitempty"`
-}
-
-type ccChoice struct {
-	Index        int            `json:"index"`
-	Message      *ccFullMessage `json:"message,omitempty"`
-	Delta        *ccOutMessage  `json:"delta,omitempty"`
-	Text         *string        `json:"text,omitempty"`
-	Logprobs     *struct{}      `json:"logprobs"`
-	FinishReason *string        `json:"finish_reason"`
-}
-
-type ccResponse struct {
-	ID      string     `json:"id"`
-	Object  string     `json:"object"`
-	Created int64      `json:"created"`
-	Model   string     `json:"model"`
-	Choices []ccChoice `json:"choices"`
-	Usage   *ccUsage   `json:"usage,omitempty"`
-}
-
-func (c *call) usage() *ccUsage {
+func (c *call) usage() *llmapi.ChatUsage {
 	r := c.res
-	return &ccUsage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens, TotalTokens: r.PromptTokens + r.CompletionTokens}
+	return &llmapi.ChatUsage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens, TotalTokens: r.PromptTokens + r.CompletionTokens}
 }
 
 // chatFinish maps a result to Chat Completions' finish_reason.
@@ -306,54 +198,54 @@ func chatFinish(r *Result) string {
 
 func encodeChat(p *Proxy, c *call) ([]byte, error) {
 	r := c.res
-	msg := &ccFullMessage{Role: chat.RoleAssistant, ReasoningContent: r.Message.Reasoning}
+	msg := &llmapi.ChatReply{Role: chat.RoleAssistant, ReasoningContent: r.Message.Reasoning}
 	if r.Message.Content != "" || len(r.Message.ToolCalls) == 0 {
 		s := r.Message.Content
 		msg.Content = &s
 	}
 	for _, tc := range r.Message.ToolCalls {
-		var t ccToolCall
+		var t llmapi.ChatToolCall
 		t.ID, t.Type = tc.ID, "function"
 		t.Function.Name, t.Function.Arguments = tc.Name, tc.Arguments
 		msg.ToolCalls = append(msg.ToolCalls, t)
 	}
 	fin := chatFinish(r)
-	resp := ccResponse{ID: c.id, Object: "chat.completion", Created: c.created, Model: r.Model,
-		Choices: []ccChoice{{Message: msg, FinishReason: &fin}}, Usage: c.usage()}
-	return appendCCResponse(make([]byte, 0, 512), &resp), nil
+	resp := llmapi.ChatResponse{ID: c.id, Object: "chat.completion", Created: c.created, Model: r.Model,
+		Choices: []llmapi.ChatChoice{{Message: msg, FinishReason: &fin}}, Usage: c.usage()}
+	return llmapi.AppendChatResponse(make([]byte, 0, 512), &resp), nil
 }
 
 func streamChat(p *Proxy, c *call, buf []byte) []byte {
 	r := c.res
-	chunk := ccResponse{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: r.Model}
-	emit := func(d *ccOutMessage, fin *string) {
-		chunk.Choices = []ccChoice{{Delta: d, FinishReason: fin}}
+	chunk := llmapi.ChatResponse{ID: c.id, Object: "chat.completion.chunk", Created: c.created, Model: r.Model}
+	emit := func(d *llmapi.ChatDelta, fin *string) {
+		chunk.Choices = []llmapi.ChatChoice{{Delta: d, FinishReason: fin}}
 		buf = appendSSEChunk(buf, &chunk)
 	}
 	empty := ""
-	emit(&ccOutMessage{Role: chat.RoleAssistant, Content: &empty}, nil)
+	emit(&llmapi.ChatDelta{Role: chat.RoleAssistant, Content: &empty}, nil)
 	if r.Message.Reasoning != "" {
-		emit(&ccOutMessage{ReasoningContent: r.Message.Reasoning}, nil)
+		emit(&llmapi.ChatDelta{ReasoningContent: r.Message.Reasoning}, nil)
 	}
 	if r.Message.Content != "" {
 		s := r.Message.Content
-		emit(&ccOutMessage{Content: &s}, nil)
+		emit(&llmapi.ChatDelta{Content: &s}, nil)
 	}
 	for i, tc := range r.Message.ToolCalls {
 		idx := i
-		var head ccToolCall
+		var head llmapi.ChatToolCall
 		head.Index, head.ID, head.Type = &idx, tc.ID, "function"
 		head.Function.Name = tc.Name
-		emit(&ccOutMessage{ToolCalls: []ccToolCall{head}}, nil)
-		var args ccToolCall
+		emit(&llmapi.ChatDelta{ToolCalls: []llmapi.ChatToolCall{head}}, nil)
+		var args llmapi.ChatToolCall
 		args.Index = &idx
 		args.Function.Arguments = tc.Arguments
-		emit(&ccOutMessage{ToolCalls: []ccToolCall{args}}, nil)
+		emit(&llmapi.ChatDelta{ToolCalls: []llmapi.ChatToolCall{args}}, nil)
 	}
 	fin := chatFinish(r)
-	emit(&ccOutMessage{}, &fin)
+	emit(&llmapi.ChatDelta{}, &fin)
 	if c.includeUsage {
-		chunk.Choices = []ccChoice{}
+		chunk.Choices = []llmapi.ChatChoice{}
 		chunk.Usage = c.usage()
 		buf = appendSSEChunk(buf, &chunk)
 	}
@@ -361,26 +253,6 @@ func streamChat(p *Proxy, c *call, buf []byte) []byte {
 }
 
 // Completions.
-
-type cmplRequest struct {
-	Model         string          `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"`
-	Temperature   *float32        `json:"temperature"`
-	TopP          *float32        `json:"top_p"`
-	TopK          *int            `json:"top_k"`
-	MaxTokens     *int            `json:"max_tokens"`
-	N             *int            `json:"n"`
-	BestOf        *int            `json:"best_of"`
-	Stop          json.RawMessage `json:"stop"`
-	Seed          *int64          `json:"seed"`
-	Stream        bool            `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	Echo     bool            `json:"echo"`
-	Logprobs json.RawMessage `json:"logprobs"`
-	Suffix   *string         `json:"suffix"`
-}
 
 // parsePrompt reads a completions prompt: a string, token ids, or a
 // one-element array of either.
@@ -410,7 +282,7 @@ func parsePrompt(raw json.RawMessage, req *CompleteRequest) *apiError {
 }
 
 func decodeCompletion(p *Proxy, c *call) *apiError {
-	var req cmplRequest
+	var req llmapi.CompletionRequest
 	if e := decodeJSON(c.body, &req); e != nil {
 		return e
 	}
@@ -474,22 +346,22 @@ func encodeCompletion(p *Proxy, c *call) ([]byte, error) {
 	r := c.res
 	fin := cmplFinish(r)
 	text := r.Text
-	resp := ccResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: r.Model,
-		Choices: []ccChoice{{Text: &text, FinishReason: &fin}}, Usage: c.usage()}
-	return appendCCResponse(make([]byte, 0, 512), &resp), nil
+	resp := llmapi.ChatResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: r.Model,
+		Choices: []llmapi.ChatChoice{{Text: &text, FinishReason: &fin}}, Usage: c.usage()}
+	return llmapi.AppendChatResponse(make([]byte, 0, 512), &resp), nil
 }
 
 func streamCompletion(p *Proxy, c *call, buf []byte) []byte {
 	r := c.res
-	chunk := ccResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: r.Model}
+	chunk := llmapi.ChatResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: r.Model}
 	text := r.Text
-	chunk.Choices = []ccChoice{{Text: &text}}
+	chunk.Choices = []llmapi.ChatChoice{{Text: &text}}
 	buf = appendSSEChunk(buf, &chunk)
 	fin, empty := cmplFinish(r), ""
-	chunk.Choices = []ccChoice{{Text: &empty, FinishReason: &fin}}
+	chunk.Choices = []llmapi.ChatChoice{{Text: &empty, FinishReason: &fin}}
 	buf = appendSSEChunk(buf, &chunk)
 	if c.includeUsage {
-		chunk.Choices = []ccChoice{}
+		chunk.Choices = []llmapi.ChatChoice{}
 		chunk.Usage = c.usage()
 		buf = appendSSEChunk(buf, &chunk)
 	}

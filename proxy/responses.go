@@ -7,36 +7,12 @@ import (
 	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/engine"
 	"github.com/aglrl/agl/internal/fastjson"
+	"github.com/aglrl/agl/llmapi"
 )
 
 // OpenAI Responses ⇄ chat.Conversation. The gateway keeps no server-side
 // response state: previous_response_id is unsupported (send the full input,
 // as harnesses with store=false do).
-
-type rsItem struct {
-	Type      string          `json:"type"`
-	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"`
-	CallID    string          `json:"call_id"`
-	Name      string          `json:"name"`
-	Arguments string          `json:"arguments"`
-	Input     string          `json:"input"`
-	Output    json.RawMessage `json:"output"`
-	// Namespace is set on a call to a function of a namespace tool.
-	Namespace string `json:"namespace"`
-	Summary   []struct {
-		Text string `json:"text"`
-	} `json:"summary"`
-}
-
-type rsTool struct {
-	Type        string          `json:"type"`
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-	// Tools are a namespace tool's functions (Codex's multi_agent_v1).
-	Tools []rsTool `json:"tools"`
-}
 
 // nsSep joins a namespace and a function name into the one name the
 // model sees: Codex's multi_agent_v1 + spawn_agent is
@@ -44,34 +20,8 @@ type rsTool struct {
 // back as a function_call named spawn_agent with namespace multi_agent_v1.
 const nsSep = "__"
 
-type rsRequest struct {
-	Model              string          `json:"model"`
-	Input              json.RawMessage `json:"input"`
-	Instructions       *string         `json:"instructions"`
-	Tools              []rsTool        `json:"tools"`
-	ToolChoice         json.RawMessage `json:"tool_choice"`
-	Temperature        *float32        `json:"temperature"`
-	TopP               *float32        `json:"top_p"`
-	MaxOutputTokens    *int            `json:"max_output_tokens"`
-	Stream             bool            `json:"stream"`
-	PreviousResponseID *string         `json:"previous_response_id"`
-	Conversation       json.RawMessage `json:"conversation"`
-	Background         bool            `json:"background"`
-	Text               *struct {
-		Format *struct {
-			Type string `json:"type"`
-		} `json:"format"`
-	} `json:"text"`
-	// Accepted, recorded, not honoured (the event's ignored field).
-	Reasoning      json.RawMessage `json:"reasoning"`
-	Include        json.RawMessage `json:"include"`
-	ServiceTier    json.RawMessage `json:"service_tier"`
-	PromptCacheKey json.RawMessage `json:"prompt_cache_key"`
-	Truncation     json.RawMessage `json:"truncation"`
-}
-
 func decodeResponses(p *Proxy, c *call) *apiError {
-	var req rsRequest
+	var req llmapi.ResponsesRequest
 	if e := decodeJSON(c.body, &req); e != nil {
 		return e
 	}
@@ -105,7 +55,7 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 		}
 		conv.Messages = append(conv.Messages, chat.Message{Role: chat.RoleUser, Content: s})
 	} else {
-		var items []rsItem
+		var items []llmapi.ResponsesItem
 		if err := json.Unmarshal(req.Input, &items); err != nil {
 			return badRequest("input", "input must be a string or an array of input items: %v", err)
 		}
@@ -251,92 +201,13 @@ func decodeResponses(p *Proxy, c *call) *apiError {
 	return nil
 }
 
-type rsPart struct {
-	Type        string `json:"type"`
-	Text        string `json:"text"`
-	Annotations []any  `json:"annotations"`
-	Logprobs    []any  `json:"logprobs"`
-}
-
-type rsSummary struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
-type rsOutItem struct {
-	Type      string      `json:"type"`
-	ID        string      `json:"id"`
-	Status    string      `json:"status,omitempty"`
-	Role      string      `json:"role,omitempty"`
-	Content   []rsPart    `json:"content,omitempty"`
-	Summary   []rsSummary `json:"summary,omitempty"`
-	CallID    string      `json:"call_id,omitempty"`
-	Name      string      `json:"name,omitempty"`
-	Arguments *string     `json:"arguments,omitempty"`
-	Input     *string     `json:"input,omitempty"`
-	Namespace string      `json:"namespace,omitempty"`
-}
-
-// MarshalJSON keeps the arrays a type requires even when empty.
-func (it rsOutItem) MarshalJSON() ([]byte, error) {
-	type plain rsOutItem
-	switch it.Type {
-	case "message":
-		if it.Content == nil {
-			return json.Marshal(struct {
-				plain
-				Content []rsPart `json:"content"`
-			}{plain(it), []rsPart{}})
-		}
-	case "reasoning":
-		if it.Summary == nil {
-			return json.Marshal(struct {
-				plain
-				Summary []rsSummary `json:"summary"`
-			}{plain(it), []rsSummary{}})
-		}
-	}
-	return json.Marshal(plain(it))
-}
-
-type rsUsage struct {
-	InputTokens        int `json:"input_tokens"`
-	InputTokensDetails struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"input_tokens_details"`
-	OutputTokens        int `json:"output_tokens"`
-	OutputTokensDetails struct {
-		ReasoningTokens int `json:"reasoning_tokens"`
-	} `json:"output_tokens_details"`
-	TotalTokens int `json:"total_tokens"`
-}
-
-type rsResponse struct {
-	ID                string    `json:"id"`
-	Object            string    `json:"object"`
-	CreatedAt         int64     `json:"created_at"`
-	Status            string    `json:"status"`
-	Error             *struct{} `json:"error"`
-	IncompleteDetails *struct {
-		Reason string `json:"reason"`
-	} `json:"incomplete_details"`
-	Model             string      `json:"model"`
-	Output            []rsOutItem `json:"output"`
-	ParallelToolCalls bool        `json:"parallel_tool_calls"`
-	ToolChoice        string      `json:"tool_choice"`
-	Tools             []any       `json:"tools"`
-	Temperature       float32     `json:"temperature"`
-	TopP              float32     `json:"top_p"`
-	Usage             *rsUsage    `json:"usage"`
-}
-
 type rsAux struct {
 	// custom names the request's freeform (custom) tools.
 	custom map[string]bool
 	// namespaced maps a namespace function's prompt name to its namespace
 	// and function name.
 	namespaced map[string][2]string
-	items      []rsOutItem
+	items      []llmapi.ResponsesOutItem
 }
 
 // customParams is the schema a freeform tool gets in the prompt.
@@ -358,30 +229,30 @@ func customInput(args string) string {
 	return args
 }
 
-func rsOutput(p *Proxy, c *call) []rsOutItem {
+func rsOutput(p *Proxy, c *call) []llmapi.ResponsesOutItem {
 	r := c.res
-	var out []rsOutItem
+	var out []llmapi.ResponsesOutItem
 	if r.Message.Reasoning != "" {
-		out = append(out, rsOutItem{Type: "reasoning", ID: "rs_" + c.id[len("resp_"):], Summary: []rsSummary{{Type: "summary_text", Text: r.Message.Reasoning}}})
+		out = append(out, llmapi.ResponsesOutItem{Type: "reasoning", ID: "rs_" + c.id[len("resp_"):], Summary: []llmapi.ResponsesSummary{{Type: "summary_text", Text: r.Message.Reasoning}}})
 	}
 	if r.Message.Content != "" || len(r.Message.ToolCalls) == 0 {
 		status := "completed"
 		if r.FinishReason == engine.FinishLength {
 			status = "incomplete" // as OpenAI marks a message cut at max_output_tokens
 		}
-		out = append(out, rsOutItem{Type: "message", ID: "msg_" + c.id[len("resp_"):], Status: status, Role: chat.RoleAssistant,
-			Content: []rsPart{{Type: "output_text", Text: r.Message.Content, Annotations: []any{}, Logprobs: []any{}}}})
+		out = append(out, llmapi.ResponsesOutItem{Type: "message", ID: "msg_" + c.id[len("resp_"):], Status: status, Role: chat.RoleAssistant,
+			Content: []llmapi.ResponsesPart{{Type: "output_text", Text: r.Message.Content, Annotations: []any{}, Logprobs: []any{}}}})
 	}
 	aux := c.aux.(*rsAux)
 	custom := aux.custom
 	for i, tc := range r.Message.ToolCalls {
 		if custom[tc.Name] {
 			in := customInput(tc.Arguments)
-			out = append(out, rsOutItem{Type: "custom_tool_call", ID: "ctc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Input: &in})
+			out = append(out, llmapi.ResponsesOutItem{Type: "custom_tool_call", ID: "ctc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Input: &in})
 			continue
 		}
 		args := tc.Arguments
-		it := rsOutItem{Type: "function_call", ID: "fc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Arguments: &args}
+		it := llmapi.ResponsesOutItem{Type: "function_call", ID: "fc_" + c.id[len("resp_"):] + "_" + strconv.Itoa(i), Status: "completed", CallID: tc.ID, Name: tc.Name, Arguments: &args}
 		if ns, ok := aux.namespaced[tc.Name]; ok {
 			it.Namespace, it.Name = ns[0], ns[1]
 		}
@@ -390,16 +261,16 @@ func rsOutput(p *Proxy, c *call) []rsOutItem {
 	return out
 }
 
-func (c *call) rsResponse(status string, output []rsOutItem) *rsResponse {
+func (c *call) rsResponse(status string, output []llmapi.ResponsesOutItem) *llmapi.ResponsesResponse {
 	r := c.res
-	resp := &rsResponse{ID: c.id, Object: "response", CreatedAt: c.created, Status: status, Model: r.Model,
+	resp := &llmapi.ResponsesResponse{ID: c.id, Object: "response", CreatedAt: c.created, Status: status, Model: r.Model,
 		Output: output, ParallelToolCalls: true, ToolChoice: "auto", Tools: []any{},
 		Temperature: c.chat.Sampling.Temperature, TopP: c.chat.Sampling.TopP}
 	if resp.TopP == 0 {
 		resp.TopP = 1
 	}
 	if status != "in_progress" {
-		resp.Usage = &rsUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens, TotalTokens: r.PromptTokens + r.CompletionTokens}
+		resp.Usage = &llmapi.ResponsesUsage{InputTokens: r.PromptTokens, OutputTokens: r.CompletionTokens, TotalTokens: r.PromptTokens + r.CompletionTokens}
 		if r.FinishReason == engine.FinishLength {
 			resp.Status = "incomplete"
 			resp.IncompleteDetails = &struct {
@@ -425,15 +296,15 @@ func streamResponses(p *Proxy, c *call, buf []byte) []byte {
 		seq++
 		buf = appendSSEEvent(buf, name, mustJSON(fields))
 	}
-	ev("response.created", map[string]any{"response": c.rsResponse("in_progress", []rsOutItem{})})
-	ev("response.in_progress", map[string]any{"response": c.rsResponse("in_progress", []rsOutItem{})})
+	ev("response.created", map[string]any{"response": c.rsResponse("in_progress", []llmapi.ResponsesOutItem{})})
+	ev("response.in_progress", map[string]any{"response": c.rsResponse("in_progress", []llmapi.ResponsesOutItem{})})
 	for oi, it := range items {
 		switch it.Type {
 		case "reasoning":
-			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "reasoning", ID: it.ID}})
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": llmapi.ResponsesOutItem{Type: "reasoning", ID: it.ID}})
 		case "message":
-			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "message", ID: it.ID, Status: "in_progress", Role: chat.RoleAssistant}})
-			part := rsPart{Type: "output_text", Annotations: []any{}, Logprobs: []any{}}
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": llmapi.ResponsesOutItem{Type: "message", ID: it.ID, Status: "in_progress", Role: chat.RoleAssistant}})
+			part := llmapi.ResponsesPart{Type: "output_text", Annotations: []any{}, Logprobs: []any{}}
 			ev("response.content_part.added", map[string]any{"item_id": it.ID, "output_index": oi, "content_index": 0, "part": part})
 			text := it.Content[0].Text
 			ev("response.output_text.delta", map[string]any{"item_id": it.ID, "output_index": oi, "content_index": 0, "delta": text, "logprobs": []any{}})
@@ -442,12 +313,12 @@ func streamResponses(p *Proxy, c *call, buf []byte) []byte {
 			ev("response.content_part.done", map[string]any{"item_id": it.ID, "output_index": oi, "content_index": 0, "part": part})
 		case "function_call":
 			empty := ""
-			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "function_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Namespace: it.Namespace, Arguments: &empty}})
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": llmapi.ResponsesOutItem{Type: "function_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Namespace: it.Namespace, Arguments: &empty}})
 			ev("response.function_call_arguments.delta", map[string]any{"item_id": it.ID, "output_index": oi, "delta": *it.Arguments})
 			ev("response.function_call_arguments.done", map[string]any{"item_id": it.ID, "output_index": oi, "name": it.Name, "arguments": *it.Arguments})
 		case "custom_tool_call":
 			empty := ""
-			ev("response.output_item.added", map[string]any{"output_index": oi, "item": rsOutItem{Type: "custom_tool_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Input: &empty}})
+			ev("response.output_item.added", map[string]any{"output_index": oi, "item": llmapi.ResponsesOutItem{Type: "custom_tool_call", ID: it.ID, Status: "in_progress", CallID: it.CallID, Name: it.Name, Input: &empty}})
 			ev("response.custom_tool_call_input.delta", map[string]any{"item_id": it.ID, "output_index": oi, "delta": *it.Input})
 			ev("response.custom_tool_call_input.done", map[string]any{"item_id": it.ID, "output_index": oi, "input": *it.Input})
 		}

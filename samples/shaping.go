@@ -10,6 +10,7 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/llmapi"
 	"github.com/aglrl/agl/store"
 )
 
@@ -25,11 +26,13 @@ import (
 type ShapingConfig struct {
 	// ToolError is added to a call for each tool call it made whose result
 	// a later call's request marks as an error: an Anthropic tool_result
-	// with is_error: true; an OpenAI tool message (Chat Completions) or
-	// function_call_output (Responses), which have no error flag, whose
-	// text starts with "error" (any case, after leading space), e.g.
-	// "Error: no such table". Each tool call counts once, however often
-	// later requests repeat its result.
+	// with is_error: true; a Gemini functionResponse whose response has an
+	// "error" member; in the other shapes (and Gemini), a tool result
+	// whose text starts with "error" (any case, after leading space), e.g.
+	// "Error: no such table": an OpenAI tool message (Chat Completions),
+	// function_call_output or custom_tool_call_output (Responses), which
+	// have no error flag. Each tool call counts once, however often later
+	// requests repeat its result.
 	ToolError float64 `yaml:"tool_error" json:"tool_error,omitempty"`
 	// MalformedToolCall is added to a call for each tool-call block in its
 	// reply that the gateway could not parse (a "<tool_call>" left in the
@@ -89,7 +92,8 @@ func Shape(cfg ShapingConfig, events []store.Event, attemptID string) Shaping {
 		if json.Unmarshal(e.Data, &c) != nil || c.CallID == "" || c.Status == api.CallError {
 			continue
 		}
-		for _, id := range toolErrors(c.API, c.Request) {
+		pc, _ := llmapi.ParseCall(c.API, c.Request, c.Response) // what does not parse adds nothing
+		for _, id := range toolErrors(c.API, pc.Messages) {
 			by, ok := madeBy[id]
 			if !ok || counted[id] {
 				continue
@@ -98,11 +102,13 @@ func Shape(cfg ShapingConfig, events []store.Event, attemptID string) Shaping {
 			out.Rewards[by] += cfg.ToolError
 			out.ToolErrors++
 		}
-		ids, text := replyTools(c.API, c.Response)
-		for _, id := range ids {
-			madeBy[id] = c.CallID
+		if pc.Reply == nil {
+			continue
 		}
-		if n := strings.Count(text, chat.TokToolCall); n > 0 {
+		for _, tc := range pc.Reply.ToolCalls {
+			madeBy[tc.ID] = c.CallID
+		}
+		if n := strings.Count(pc.Reply.Text, chat.TokToolCall); n > 0 {
 			out.Rewards[c.CallID] += float64(n) * cfg.MalformedToolCall
 			out.MalformedToolCalls += n
 		}
@@ -132,213 +138,27 @@ func addShaping(cfg RewardConfig, rw *RolloutReward, sh Shaping) {
 	}
 }
 
-// text is a content that is a string or a list of text parts.
-type text string
-
-func (t *text) UnmarshalJSON(b []byte) error {
-	var s string
-	if json.Unmarshal(b, &s) == nil {
-		*t = text(s)
-		return nil
-	}
-	var parts []struct {
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(b, &parts); err != nil {
-		return nil // another shape: no text
-	}
-	var sb strings.Builder
-	for _, p := range parts {
-		sb.WriteString(p.Text)
-	}
-	*t = text(sb.String())
-	return nil
-}
-
-func (t text) isError() bool {
-	s := strings.TrimSpace(string(t))
+// looksFailed reports whether a tool result's text reads as an error: it
+// starts with "error" (any case, after leading space).
+func looksFailed(text string) bool {
+	s := strings.TrimSpace(text)
 	return len(s) >= 5 && strings.EqualFold(s[:5], "error")
 }
 
-// toolErrors lists the tool call ids whose results a request marks as
-// errors.
-func toolErrors(shape string, req json.RawMessage) []string {
+// toolErrors lists the tool call ids whose results msgs (a request of
+// the given API shape) mark as errors: the harness's own mark where the
+// shape has one (Anthropic is_error; Gemini's "error" member, or else
+// output text that reads as an error); in the OpenAI shapes, which have
+// none, text that reads as an error.
+func toolErrors(shape string, msgs []llmapi.Message) []string {
 	var ids []string
-	switch shape {
-	case api.ShapeChatCompletions:
-		var r struct {
-			Messages []struct {
-				Role       string `json:"role"`
-				Content    text   `json:"content"`
-				ToolCallID string `json:"tool_call_id"`
-			} `json:"messages"`
+	for _, m := range msgs {
+		if m.Role != "tool" || m.ToolCallID == "" {
+			continue
 		}
-		json.Unmarshal(req, &r)
-		for _, m := range r.Messages {
-			if m.Role == "tool" && m.ToolCallID != "" && m.Content.isError() {
-				ids = append(ids, m.ToolCallID)
-			}
-		}
-	case api.ShapeResponses:
-		var r struct {
-			Input json.RawMessage `json:"input"`
-		}
-		json.Unmarshal(req, &r)
-		var items []struct {
-			Type   string `json:"type"`
-			CallID string `json:"call_id"`
-			Output text   `json:"output"`
-		}
-		json.Unmarshal(r.Input, &items) // a string input has no items
-		for _, it := range items {
-			if it.Type == "function_call_output" && it.CallID != "" && it.Output.isError() {
-				ids = append(ids, it.CallID)
-			}
-		}
-	case api.ShapeMessages:
-		var r struct {
-			Messages []struct {
-				Content json.RawMessage `json:"content"`
-			} `json:"messages"`
-		}
-		json.Unmarshal(req, &r)
-		for _, m := range r.Messages {
-			var blocks []struct {
-				Type      string `json:"type"`
-				ToolUseID string `json:"tool_use_id"`
-				IsError   bool   `json:"is_error"`
-			}
-			json.Unmarshal(m.Content, &blocks) // a string content has no blocks
-			for _, b := range blocks {
-				if b.Type == "tool_result" && b.IsError && b.ToolUseID != "" {
-					ids = append(ids, b.ToolUseID)
-				}
-			}
-		}
-	case api.ShapeGenerateContent:
-		// A functionResponse is an error when its response has an
-		// "error" field (Gemini CLI's failed tools) or its output text
-		// reads as one.
-		var r struct {
-			Contents []struct {
-				Parts []struct {
-					FunctionResponse *struct {
-						ID       string `json:"id"`
-						Response struct {
-							Error  json.RawMessage `json:"error"`
-							Output text            `json:"output"`
-						} `json:"response"`
-					} `json:"functionResponse"`
-				} `json:"parts"`
-			} `json:"contents"`
-		}
-		json.Unmarshal(req, &r)
-		for _, c := range r.Contents {
-			for _, p := range c.Parts {
-				fr := p.FunctionResponse
-				if fr == nil || fr.ID == "" {
-					continue
-				}
-				if e := fr.Response.Error; len(e) > 0 && string(e) != "null" || fr.Response.Output.isError() {
-					ids = append(ids, fr.ID)
-				}
-			}
+		if m.IsError || shape != api.ShapeMessages && looksFailed(m.Text) {
+			ids = append(ids, m.ToolCallID)
 		}
 	}
 	return ids
-}
-
-// replyTools returns the tool call ids a response made and its text.
-func replyTools(shape string, resp json.RawMessage) (ids []string, txt string) {
-	var sb strings.Builder
-	switch shape {
-	case api.ShapeChatCompletions:
-		var r struct {
-			Choices []struct {
-				Message struct {
-					Content   text `json:"content"`
-					ToolCalls []struct {
-						ID string `json:"id"`
-					} `json:"tool_calls"`
-				} `json:"message"`
-			} `json:"choices"`
-		}
-		json.Unmarshal(resp, &r)
-		for _, c := range r.Choices {
-			sb.WriteString(string(c.Message.Content))
-			for _, tc := range c.Message.ToolCalls {
-				ids = append(ids, tc.ID)
-			}
-		}
-	case api.ShapeResponses:
-		var r struct {
-			Output []struct {
-				Type    string `json:"type"`
-				CallID  string `json:"call_id"`
-				Content text   `json:"content"`
-			} `json:"output"`
-		}
-		json.Unmarshal(resp, &r)
-		for _, o := range r.Output {
-			switch o.Type {
-			case "function_call":
-				ids = append(ids, o.CallID)
-			case "message":
-				sb.WriteString(string(o.Content))
-			}
-		}
-	case api.ShapeMessages:
-		var r struct {
-			Content []struct {
-				Type string `json:"type"`
-				ID   string `json:"id"`
-				Text string `json:"text"`
-			} `json:"content"`
-		}
-		json.Unmarshal(resp, &r)
-		for _, b := range r.Content {
-			switch b.Type {
-			case "tool_use":
-				ids = append(ids, b.ID)
-			case "text":
-				sb.WriteString(b.Text)
-			}
-		}
-	case api.ShapeGenerateContent:
-		var r struct {
-			Candidates []struct {
-				Content struct {
-					Parts []struct {
-						Text         string `json:"text"`
-						Thought      bool   `json:"thought"`
-						FunctionCall *struct {
-							ID string `json:"id"`
-						} `json:"functionCall"`
-					} `json:"parts"`
-				} `json:"content"`
-			} `json:"candidates"`
-		}
-		json.Unmarshal(resp, &r)
-		for _, c := range r.Candidates {
-			for _, p := range c.Content.Parts {
-				switch {
-				case p.FunctionCall != nil:
-					ids = append(ids, p.FunctionCall.ID)
-				case !p.Thought:
-					sb.WriteString(p.Text)
-				}
-			}
-		}
-	case api.ShapeCompletions:
-		var r struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-		}
-		json.Unmarshal(resp, &r)
-		for _, c := range r.Choices {
-			sb.WriteString(c.Text)
-		}
-	}
-	return ids, sb.String()
 }

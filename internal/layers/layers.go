@@ -21,6 +21,9 @@ func Layers() [][]string {
 		{"store/sqlite", "store/postgres", "store/postgres/pgtest"},
 		// The wire types of the API and its client; the upstream engine.
 		{"api", "engine/upstream"},
+		// The LLM API formats: the wire types of the five shapes and the
+		// conversation normalised from them.
+		{"llmapi"},
 		// Samples from events; shared test kits.
 		{"samples", "store/storetest", "internal/testutil"},
 		// The parts of the system.

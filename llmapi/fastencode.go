@@ -1,4 +1,4 @@
-package proxy
+package llmapi
 
 import (
 	"strconv"
@@ -6,10 +6,10 @@ import (
 	"github.com/aglrl/agl/internal/fastjson"
 )
 
-// appendCCResponse appends r as JSON exactly as json.Marshal writes it
+// AppendChatResponse appends r as JSON exactly as json.Marshal writes it
 // (same keys, order, omitempty rules and escaping), without reflection:
 // every Chat Completions and Completions answer and stream chunk is one.
-func appendCCResponse(b []byte, r *ccResponse) []byte {
+func AppendChatResponse(b []byte, r *ChatResponse) []byte {
 	b = append(b, `{"id":`...)
 	b = fastjson.AppendString(b, r.ID)
 	b = append(b, `,"object":`...)
@@ -27,7 +27,7 @@ func appendCCResponse(b []byte, r *ccResponse) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendCCChoice(b, &r.Choices[i])
+			b = appendChatChoice(b, &r.Choices[i])
 		}
 		b = append(b, ']')
 	}
@@ -43,7 +43,7 @@ func appendCCResponse(b []byte, r *ccResponse) []byte {
 	return append(b, '}')
 }
 
-func appendCCChoice(b []byte, c *ccChoice) []byte {
+func appendChatChoice(b []byte, c *ChatChoice) []byte {
 	b = append(b, `{"index":`...)
 	b = strconv.AppendInt(b, int64(c.Index), 10)
 	if m := c.Message; m != nil {
@@ -92,7 +92,7 @@ func appendCCChoice(b []byte, c *ccChoice) []byte {
 
 // appendReasoningAndCalls appends the omitempty reasoning_content and
 // tool_calls members, each with a leading comma.
-func appendReasoningAndCalls(b []byte, reasoning string, calls []ccToolCall) []byte {
+func appendReasoningAndCalls(b []byte, reasoning string, calls []ChatToolCall) []byte {
 	if reasoning != "" {
 		b = append(b, `,"reasoning_content":`...)
 		b = fastjson.AppendString(b, reasoning)
@@ -140,11 +140,4 @@ func appendStringPtr(b []byte, s *string) []byte {
 		return append(b, "null"...)
 	}
 	return fastjson.AppendString(b, *s)
-}
-
-// appendSSEChunk appends r as one unnamed server-sent event.
-func appendSSEChunk(b []byte, r *ccResponse) []byte {
-	b = append(b, "data: "...)
-	b = appendCCResponse(b, r)
-	return append(b, '\n', '\n')
 }

@@ -1,4 +1,4 @@
-package proxy
+package llmapi
 
 import (
 	"encoding/json"
@@ -9,9 +9,12 @@ import (
 // Reflection-free decoding of Chat Completions requests, the gateway's most
 // common call. Each function reads exactly what json.Unmarshal would into
 // the same types and reports false on anything it does not read alike
-// (see package fastjson); decodeChat then falls back to encoding/json.
+// (see package fastjson).
 
-func decodeChatFast(body []byte, r *ccRequest) bool {
+// DecodeChatFast decodes a Chat Completions request body into r as
+// json.Unmarshal would, and reports false where it cannot: then r is to
+// be reset and the body decoded with encoding/json.
+func DecodeChatFast(body []byte, r *ChatRequest) bool {
 	s := fastjson.New(body)
 	o, ok := s.Object()
 	if !ok {
@@ -150,10 +153,10 @@ func fjRaw(s *fastjson.Scanner, v *json.RawMessage) bool {
 	return ok
 }
 
-func fjMessages(s *fastjson.Scanner, out *[]ccMessage) bool {
-	ms := []ccMessage{}
+func fjMessages(s *fastjson.Scanner, out *[]ChatMessage) bool {
+	ms := []ChatMessage{}
 	isArray, ok := s.Elems(func() bool {
-		ms = append(ms, ccMessage{})
+		ms = append(ms, ChatMessage{})
 		m := &ms[len(ms)-1]
 		return s.Fields(func(k int) bool {
 			switch k {
@@ -187,10 +190,10 @@ func fjMessages(s *fastjson.Scanner, out *[]ccMessage) bool {
 	return ok
 }
 
-func fjToolCalls(s *fastjson.Scanner, out *[]ccToolCall) bool {
-	tcs := []ccToolCall{}
+func fjToolCalls(s *fastjson.Scanner, out *[]ChatToolCall) bool {
+	tcs := []ChatToolCall{}
 	isArray, ok := s.Elems(func() bool {
-		tcs = append(tcs, ccToolCall{})
+		tcs = append(tcs, ChatToolCall{})
 		tc := &tcs[len(tcs)-1]
 		return s.Fields(func(k int) bool {
 			switch k {
@@ -220,10 +223,10 @@ func fjToolCalls(s *fastjson.Scanner, out *[]ccToolCall) bool {
 	return ok
 }
 
-func fjTools(s *fastjson.Scanner, out *[]ccTool) bool {
-	ts := []ccTool{}
+func fjTools(s *fastjson.Scanner, out *[]ChatTool) bool {
+	ts := []ChatTool{}
 	isArray, ok := s.Elems(func() bool {
-		ts = append(ts, ccTool{})
+		ts = append(ts, ChatTool{})
 		t := &ts[len(ts)-1]
 		return s.Fields(func(k int) bool {
 			if k == 0 {
@@ -247,11 +250,4 @@ func fjTools(s *fastjson.Scanner, out *[]ccTool) bool {
 		*out = nil
 	}
 	return ok
-}
-
-// stringFast decodes a JSON string value (raw is one whole value).
-func stringFast(raw []byte) (string, bool) {
-	s := fastjson.New(raw)
-	v, ok := s.String()
-	return v, ok && s.End()
 }

@@ -1,4 +1,4 @@
-package proxy
+package llmapi
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 )
 
 var chatSeeds = []string{
-	string(hotBody),
 	`{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}],"temperature":1.2,"stream":true,"stream_options":{"include_usage":true}}`,
 	`{"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"input_text","text":"b"}]},` +
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"x\":\"caf\u00e9\"}"}}],"reasoning_content":"hmm"},` +
@@ -19,24 +18,30 @@ var chatSeeds = []string{
 	`{"stream_options":null,"response_format":null,"modalities":[null,"text"]}`, `{"seed":-9223372036854775808}`,
 }
 
-// FuzzDecodeChat: whatever decodeChatFast accepts decodes exactly as
+// chatRoute is the route of Chat Completions calls.
+const chatRoute = "/chat/completions"
+
+// FuzzDecodeChat: whatever DecodeChatFast accepts decodes exactly as
 // json.Unmarshal decodes it.
 func FuzzDecodeChat(f *testing.F) {
 	for _, s := range chatSeeds {
 		f.Add([]byte(s))
+	}
+	for _, b := range fixtureBodies(f, chatRoute) {
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkChatDecode(t, data) })
 }
 
 func checkChatDecode(t *testing.T, data []byte) bool {
 	t.Helper()
-	var got ccRequest
-	if !decodeChatFast(data, &got) {
+	var got ChatRequest
+	if !DecodeChatFast(data, &got) {
 		return false
 	}
-	var want ccRequest
+	var want ChatRequest
 	if err := json.Unmarshal(data, &want); err != nil {
-		t.Fatalf("decodeChatFast accepted %q, encoding/json: %v", data, err)
+		t.Fatalf("DecodeChatFast accepted %q, encoding/json: %v", data, err)
 	}
 	// A string content decoded on the way is the string encoding/json
 	// reads from the raw content.
@@ -63,24 +68,14 @@ func TestDecodeChatSeeds(t *testing.T) {
 			fast++
 		}
 	}
+	bodies := fixtureBodies(t, chatRoute)
+	for _, b := range bodies {
+		if !checkChatDecode(t, b) {
+			t.Errorf("a captured CLI body did not take the fast path: %.200s", b)
+		}
+		fast++
+	}
 	if fast < 8 {
-		t.Errorf("only %d of %d seeds took the fast path", fast, len(chatSeeds))
+		t.Errorf("only %d of %d seeds took the fast path", fast, len(chatSeeds)+len(bodies))
 	}
-}
-
-// FuzzStringFast: a JSON string decodes as encoding/json decodes it.
-func FuzzStringFast(f *testing.F) {
-	for _, s := range []string{`"a"`, `"caf\u00e9 \ud83d\ude00\n"`, `"\ud800"`, "\"\xff\"", `"a" `, `"a"x`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		got, ok := stringFast(data)
-		if !ok {
-			return
-		}
-		var want string
-		if err := json.Unmarshal(data, &want); err != nil || got != want {
-			t.Fatalf("%q: fast %q, encoding/json %q (%v)", data, got, want, err)
-		}
-	})
 }
