@@ -144,9 +144,16 @@ func topFields(data []byte) (holes []span, agent []byte, ok bool) {
 		if !more {
 			return holes, agent, o.OK() && s.End()
 		}
-		v, ok := s.Raw()
+		var v []byte
+		ok := false
+		if ids := string(key) == "prompt_ids" || string(key) == "response_ids"; ids {
+			// Ids as encoding/json writes them, read at once.
+			v, _, ok = s.Int32sText()
+		}
 		if !ok {
-			return nil, nil, false
+			if v, ok = s.Raw(); !ok {
+				return nil, nil, false
+			}
 		}
 		end := s.Offset()
 		start := end - len(v)
