@@ -320,8 +320,11 @@ func encodeChat(p *Proxy, c *call) ([]byte, error) {
 	fin := chatFinish(r)
 	resp := ccResponse{ID: c.id, Object: "chat.completion", Created: c.created, Model: r.Model,
 		Choices: []ccChoice{{Message: msg, FinishReason: &fin}}, Usage: c.usage()}
-	return appendCCResponse(make([]byte, 0, 512), &resp), nil
+	return json.Marshal(&resp)
 }
+
+// appendSSEChunk appends r as one unnamed server-sent event.
+func appendSSEChunk(b []byte, r *ccResponse) []byte { return appendSSEData(b, mustJSON(r)) }
 
 func streamChat(p *Proxy, c *call, buf []byte) []byte {
 	r := c.res
@@ -476,7 +479,7 @@ func encodeCompletion(p *Proxy, c *call) ([]byte, error) {
 	text := r.Text
 	resp := ccResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: r.Model,
 		Choices: []ccChoice{{Text: &text, FinishReason: &fin}}, Usage: c.usage()}
-	return appendCCResponse(make([]byte, 0, 512), &resp), nil
+	return json.Marshal(&resp)
 }
 
 func streamCompletion(p *Proxy, c *call, buf []byte) []byte {
