@@ -1,23 +1,26 @@
-// Package fastjson reads and writes the few JSON documents on the
-// gateway's per-call hot path (the harness's request, the upstream's
-// answer, the response) without reflection.
+// Package fastjson reads and writes, without reflection, the JSON that
+// grows with a conversation: the harness's Chat Completions request, the
+// upstream's answer with its prompt's token ids, the model_request event
+// (written here, located by the store's codec, read back by samples).
+// At a long conversation's 100th call these are megabytes, which
+// encoding/json reads several times slower; what stays small is left to
+// encoding/json.
 //
 // Its decoders are fast paths, not replacements: a Scanner accepts a
 // subset of what encoding/json accepts and reports failure (ok == false)
 // on anything else — a syntax error, but also anything it does not
-// handle exactly as encoding/json would (invalid UTF-8, a lone surrogate
-// escape in a string it decodes, a duplicated or case-folded key, nesting
-// deeper than encoding/json allows). Callers then
-// decode the same bytes with encoding/json, which yields its usual result
-// or error. So a document either decodes here to exactly what
-// encoding/json would produce, or is handed to encoding/json; tests check
-// that property by fuzzing both.
+// handle exactly as encoding/json would (invalid UTF-8 or a lone
+// surrogate escape in a string it decodes, a duplicated or case-folded
+// key, nesting deeper than encoding/json allows). Callers then decode the
+// same bytes with encoding/json, which yields its usual result or error.
+// So a document either decodes here to exactly what encoding/json would
+// produce, or is handed to encoding/json; tests check that property by
+// fuzzing both. Skip and Raw validate as encoding/json does, no more.
 package fastjson
 
 import (
 	"bytes"
 	"encoding/binary"
-	"math"
 	"math/bits"
 	"strconv"
 	"unicode/utf16"
@@ -576,12 +579,6 @@ func (a *Array) Next() bool {
 // OK reports whether the array was read to its end without error.
 func (a *Array) OK() bool { return a.ok }
 
-// Fail marks the array as failed (an element could not be read).
-func (a *Array) Fail() { a.ok = false }
-
-// Fail marks the object as failed (a value could not be read).
-func (o *Object) Fail() { o.ok = false }
-
 // Fields reads an object (or null: no fields) whose keys are among known
 // (see Object.Keys), calling field with each key's index to read its
 // value; field returns false when the value cannot be read.
@@ -827,34 +824,4 @@ func AppendInt32s(b []byte, ids []int32) []byte {
 		b = strconv.AppendInt(b, int64(id), 10)
 	}
 	return append(b, ']')
-}
-
-// AppendFloat32 appends f as encoding/json's Marshal writes a float32
-// (false for NaN and infinities, which JSON cannot hold).
-func AppendFloat32(b []byte, f float32) ([]byte, bool) {
-	return appendFloat(b, float64(f), 32)
-}
-
-func appendFloat(b []byte, f float64, bits int) ([]byte, bool) {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return b, false
-	}
-	// As encoding/json: %f between 1e-6 and 1e21, else %e with the
-	// exponent's leading zero dropped.
-	abs := math.Abs(f)
-	fmt := byte('f')
-	if abs != 0 {
-		if bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
-			fmt = 'e'
-		}
-	}
-	b = strconv.AppendFloat(b, f, fmt, -1, bits)
-	if fmt == 'e' {
-		n := len(b)
-		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b, true
 }

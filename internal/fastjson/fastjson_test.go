@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -144,19 +143,6 @@ func FuzzAppendString(f *testing.F) {
 			t.Fatalf("%q: %s, want %s", s, got, want)
 		}
 	})
-}
-
-func TestAppendFloat32(t *testing.T) {
-	for _, f := range []float32{0, 1, -0.25, 1e-7, 3.4e38, 1e21, 1e20, 0.1, -1.5e-9, float32(math.Copysign(0, -1))} {
-		want, _ := json.Marshal(f)
-		got, ok := AppendFloat32(nil, f)
-		if !ok || string(got) != string(want) {
-			t.Errorf("%v: %s, want %s", f, got, want)
-		}
-	}
-	if _, ok := AppendFloat32(nil, float32(math.Inf(1))); ok {
-		t.Error("+Inf accepted")
-	}
 }
 
 func TestDeepNesting(t *testing.T) {
