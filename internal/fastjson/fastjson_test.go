@@ -145,10 +145,14 @@ func FuzzAppendString(f *testing.F) {
 	})
 }
 
+// TestDeepNesting: Skip accepts the nesting encoding/json does (10000
+// levels), no deeper.
 func TestDeepNesting(t *testing.T) {
-	deep := strings.Repeat("[", maxDepth+10) + strings.Repeat("]", maxDepth+10)
-	if New([]byte(deep)).Skip() {
-		t.Error("nesting past maxDepth accepted")
+	for _, n := range []int{maxDepth, maxDepth + 1, maxDepth + 2, maxDepth + 10} {
+		deep := []byte(strings.Repeat("[", n) + strings.Repeat("]", n))
+		if got, want := New(deep).Skip(), json.Valid(deep); got != want || n > maxDepth+1 && got {
+			t.Errorf("%d levels: Skip %v, json.Valid %v", n, got, want)
+		}
 	}
 }
 
