@@ -81,11 +81,7 @@ func appendSSEData(b, data []byte) []byte {
 }
 
 // appendSSEChunk appends r as one unnamed server-sent event.
-func appendSSEChunk(b []byte, r *llmapi.ChatResponse) []byte {
-	b = append(b, "data: "...)
-	b = llmapi.AppendChatResponse(b, r)
-	return append(b, '\n', '\n')
-}
+func appendSSEChunk(b []byte, r *llmapi.ChatResponse) []byte { return appendSSEData(b, mustJSON(r)) }
 
 // appendSSEEvent appends one named server-sent event.
 func appendSSEEvent(b []byte, name string, data []byte) []byte {

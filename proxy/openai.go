@@ -212,7 +212,7 @@ func encodeChat(p *Proxy, c *call) ([]byte, error) {
 	fin := chatFinish(r)
 	resp := llmapi.ChatResponse{ID: c.id, Object: "chat.completion", Created: c.created, Model: r.Model,
 		Choices: []llmapi.ChatChoice{{Message: msg, FinishReason: &fin}}, Usage: c.usage()}
-	return llmapi.AppendChatResponse(make([]byte, 0, 512), &resp), nil
+	return json.Marshal(&resp)
 }
 
 func streamChat(p *Proxy, c *call, buf []byte) []byte {
@@ -348,7 +348,7 @@ func encodeCompletion(p *Proxy, c *call) ([]byte, error) {
 	text := r.Text
 	resp := llmapi.ChatResponse{ID: c.id, Object: "text_completion", Created: c.created, Model: r.Model,
 		Choices: []llmapi.ChatChoice{{Text: &text, FinishReason: &fin}}, Usage: c.usage()}
-	return llmapi.AppendChatResponse(make([]byte, 0, 512), &resp), nil
+	return json.Marshal(&resp)
 }
 
 func streamCompletion(p *Proxy, c *call, buf []byte) []byte {

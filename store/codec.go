@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/aglrl/agl/internal/fastjson"
 )
 
 // The stored form of a "model_request" event (what both backends write in
@@ -128,193 +130,64 @@ type span struct {
 }
 
 // topFields finds the values of the top-level fields prompt_ids,
-// response_ids, request and agent of a JSON object; ok is false when data
-// is not a JSON object this scanner follows.
+// response_ids, request and agent of a JSON object (keys as written,
+// matched without decoding escapes); ok is false when data is not a JSON
+// object.
 func topFields(data []byte) (holes []span, agent []byte, ok bool) {
-	i := skipWS(data, 0)
-	if i >= len(data) || data[i] != '{' {
+	s := fastjson.New(data)
+	o, ok := s.Object()
+	if !ok {
 		return nil, nil, false
 	}
-	i = skipWS(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return nil, nil, skipWS(data, i+1) == len(data)
-	}
 	for {
-		if i >= len(data) || data[i] != '"' {
-			return nil, nil, false
+		key, more := o.Next()
+		if !more {
+			return holes, agent, o.OK() && s.End()
 		}
-		ks := i
-		i = skipString(data, i)
-		if i < 0 {
-			return nil, nil, false
+		var v []byte
+		ok := false
+		if ids := string(key) == "prompt_ids" || string(key) == "response_ids"; ids {
+			// Ids as encoding/json writes them, read at once.
+			v, _, ok = s.Int32sText()
 		}
-		key := data[ks+1 : i-1]
-		i = skipWS(data, i)
-		if i >= len(data) || data[i] != ':' {
-			return nil, nil, false
+		if !ok {
+			if v, ok = s.Raw(); !ok {
+				return nil, nil, false
+			}
 		}
-		i = skipWS(data, i+1)
-		vs := i
-		i = skipValue(data, i, 0)
-		if i < 0 {
-			return nil, nil, false
-		}
+		end := s.Offset()
+		start := end - len(v)
 		switch string(key) {
 		case "prompt_ids":
-			holes = append(holes, span{holePromptIDs, vs, i})
+			holes = append(holes, span{holePromptIDs, start, end})
 		case "response_ids":
-			holes = append(holes, span{holeResponseIDs, vs, i})
+			holes = append(holes, span{holeResponseIDs, start, end})
 		case "request":
-			holes = append(holes, span{holeRequest, vs, i})
+			holes = append(holes, span{holeRequest, start, end})
 		case "agent":
-			if data[vs] == '"' && bytes.IndexByte(data[vs+1:i-1], '\\') < 0 {
-				agent = data[vs+1 : i-1]
+			if v[0] == '"' && bytes.IndexByte(v[1:len(v)-1], '\\') < 0 {
+				agent = v[1 : len(v)-1]
 			}
 		}
-		i = skipWS(data, i)
-		if i >= len(data) {
-			return nil, nil, false
-		}
-		if data[i] == '}' {
-			return holes, agent, skipWS(data, i+1) == len(data)
-		}
-		if data[i] != ',' {
-			return nil, nil, false
-		}
-		i = skipWS(data, i+1)
 	}
 }
 
-func skipWS(d []byte, i int) int {
-	for i < len(d) && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string starting at d[i] ('"'):
-// a quote ends it unless an odd number of backslashes precede it.
-func skipString(d []byte, i int) int {
-	for j := i + 1; ; {
-		k := bytes.IndexByte(d[j:], '"')
-		if k < 0 {
-			return -1
-		}
-		q := j + k
-		n := 0
-		for p := q - 1; p > i && d[p] == '\\'; p-- {
-			n++
-		}
-		if n%2 == 0 {
-			return q + 1
-		}
-		j = q + 1
-	}
-}
-
-// skipValue returns the index after the JSON value starting at d[i], -1
-// when there is none (data is valid JSON, so this only follows brackets
-// and strings).
-func skipValue(d []byte, i, depth int) int {
-	if i >= len(d) || depth > 10000 {
-		return -1
-	}
-	switch d[i] {
-	case '"':
-		return skipString(d, i)
-	case '[':
-		// An array of numbers (token ids) without the general loop.
-		j := i + 1
-		for j < len(d) && (d[j] >= '0' && d[j] <= '9' || d[j] == ',' || d[j] == '-') {
-			j++
-		}
-		if j < len(d) && d[j] == ']' {
-			return j + 1
-		}
-		fallthrough
-	case '{':
-		level := 0
-		for j := i; j < len(d); j++ {
-			switch d[j] {
-			case '"':
-				j = skipString(d, j)
-				if j < 0 {
-					return -1
-				}
-				j--
-			case '{', '[':
-				level++
-			case '}', ']':
-				level--
-				if level == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(d) && d[j] != ',' && d[j] != '}' && d[j] != ']' && d[j] != ' ' && d[j] != '\t' && d[j] != '\n' && d[j] != '\r' {
-		j++
-	}
-	if j == i {
-		return -1
-	}
-	return j
-}
-
-// parseIDs parses a JSON array of int32 written exactly as
-// encoding/json writes one ("[1,-2,3]": no whitespace, no leading zeros,
-// no "-0"); ok is false for anything else (whitespace, null, floats),
-// which then stays in the skeleton. What it accepts formats back to the
-// same bytes.
-func parseIDs(v []byte, ids []int32, check bool) ([]int32, bool) {
-	if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
+// parseIDs parses a JSON array of int32 written exactly as encoding/json
+// writes one ("[1,-2,3]": no white space, no leading zeros, no "-0"); ok
+// is false for anything else (white space, null, floats), which then
+// stays in the skeleton. What it accepts formats back to the same bytes.
+func parseIDs(v []byte) ([]int32, bool) {
+	if !validIDs(v) {
 		return nil, false
 	}
-	if len(v) == 2 {
-		return ids, true
-	}
-	i, end := 1, len(v)-1
-	for {
-		neg := false
-		if v[i] == '-' {
-			neg = true
-			i++
-		}
-		start := i
-		var n int64
-		for i < end && v[i] >= '0' && v[i] <= '9' {
-			n = n*10 + int64(v[i]-'0')
-			i++
-			if n > 1<<31 {
-				return nil, false
-			}
-		}
-		digits := i - start
-		switch {
-		case digits == 0, digits > 1 && v[start] == '0', neg && n == 0:
-			return nil, false
-		case neg:
-			n = -n
-		}
-		if n > 1<<31-1 || n < -1<<31 {
-			return nil, false
-		}
-		if !check {
-			ids = append(ids, int32(n))
-		}
-		if i == end {
-			return ids, true
-		}
-		if v[i] != ',' {
-			return nil, false
-		}
-		i++
-		if i == end {
-			return nil, false
-		}
-	}
+	return fastjson.New(v).Int32s()
+}
+
+// validIDs reports whether v is an id array as encoding/json writes one.
+func validIDs(v []byte) bool {
+	s := fastjson.New(v)
+	_, _, ok := s.Int32sText()
+	return ok && s.End()
 }
 
 // CallLayout locates, in a model_request event's JSON, the values its
@@ -397,12 +270,6 @@ func baseFrom(data []byte, holes []span) (b *CallBase, ok bool) {
 	return b, true
 }
 
-// validIDs reports whether v is an id array as encoding/json writes one.
-func validIDs(v []byte) bool {
-	_, ok := parseIDs(v, nil, true)
-	return ok
-}
-
 // commonPrefix is the length of the longest common prefix of a and b.
 func commonPrefix(a, b []byte) int {
 	n := min(len(a), len(b))
@@ -435,10 +302,7 @@ func commonSuffix(a, b []byte, max int) int {
 	return i
 }
 
-var (
-	bufPool = sync.Pool{New: func() any { return new([]byte) }}
-	idsPool = sync.Pool{New: func() any { return new([]int32) }}
-)
+var bufPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // idsPrefix is the length of the longest prefix of the ids text a that
 // is also one of b and ends at an id in both (before a ',' or the end).
@@ -476,8 +340,7 @@ func encodeScanned(data []byte, holes []span, base *CallBase) (stored []byte, se
 		baseSeq, baseIDs, baseReq = base.Seq, base.IDs, base.Request
 	}
 	bp, idsBuf := bufPool.Get().(*[]byte), bufPool.Get().(*[]byte)
-	idsScratch := idsPool.Get().(*[]int32)
-	defer func() { bufPool.Put(bp); bufPool.Put(idsBuf); idsPool.Put(idsScratch) }()
+	defer func() { bufPool.Put(bp); bufPool.Put(idsBuf) }()
 	p := (*bp)[:0]
 	var promptText, respText []byte
 	// skeleton
@@ -521,11 +384,11 @@ func encodeScanned(data []byte, holes []span, base *CallBase) (stored []byte, se
 				respText = inner
 			}
 			// Only the ids past the prefix are parsed (and checked).
-			ids, ok := parseIDs(append(append(append((*idsBuf)[:0], '['), inner...), ']'), (*idsScratch)[:0], false)
+			*idsBuf = append(append(append((*idsBuf)[:0], '['), inner...), ']')
+			ids, ok := parseIDs(*idsBuf)
 			if !ok {
 				return data, nil
 			}
-			*idsScratch = ids
 			p = binary.AppendUvarint(p, uint64(len(ids)))
 			for _, id := range ids {
 				p = binary.AppendUvarint(p, uint64(uint32(id)))

@@ -68,9 +68,9 @@ func randRequest(seed uint64, s1, s2, raw string) *wireRequest {
 	return w
 }
 
-// FuzzAppendRequest: appendRequest writes what json.Marshal writes, or
-// declines where json.Marshal fails.
-func FuzzAppendRequest(f *testing.F) {
+// FuzzEncodeRequest: encodeRequest writes what json.Marshal writes (a
+// prompt of ids included), or fails where json.Marshal fails.
+func FuzzEncodeRequest(f *testing.F) {
 	f.Add(uint64(1), "hi", "call_1", `{"type":"object","properties":{"path":{"type":"string"}}}`)
 	f.Add(uint64(2), "\xff", "caf\u00e9", "{ \"a\" : [1, 2], \"b\": \"<x>\" }")
 	f.Add(uint64(3), "", "", `{nope`)
@@ -79,25 +79,47 @@ func FuzzAppendRequest(f *testing.F) {
 
 func checkRequest(t *testing.T, w *wireRequest) {
 	t.Helper()
-	want, err := json.Marshal(w)
-	got, ok := appendRequest(nil, w)
-	if !ok {
-		if err == nil {
-			t.Fatalf("declined %+v, which json.Marshal writes", w)
-		}
-		return
-	}
-	if err != nil {
-		t.Fatalf("wrote %s, json.Marshal fails: %v", got, err)
+	want, werr := json.Marshal(w)
+	got, err := encodeRequest(w)
+	if (err != nil) != (werr != nil) {
+		t.Fatalf("encodeRequest error %v, json.Marshal's %v", err, werr)
 	}
 	if string(got) != string(want) {
 		t.Fatalf("\ngot  %s\nwant %s", got, want)
 	}
 }
 
-func TestAppendRequest(t *testing.T) {
+func TestEncodeRequest(t *testing.T) {
 	for seed := range uint64(3000) {
 		checkRequest(t, randRequest(seed, "x", "tool", `{"type": "object"}`))
 	}
 	checkRequest(t, &wireRequest{Temperature: float32(math.NaN())})
+	checkRequest(t, &wireRequest{Model: "m<&>", Prompt: []int32{1, -2, 2147483647}})
+	checkRequest(t, &wireRequest{Model: "m", Prompt: []int32{}})
+	checkRequest(t, &wireRequest{Model: "m", Prompt: []int32(nil), Temperature: float32(math.Inf(1))})
+}
+
+// BenchmarkEncodeRequest: a token-mode request of a long conversation's
+// prompt (200k ids), beside encoding/json writing the same ([]int32 by
+// reflection) as the baseline.
+func BenchmarkEncodeRequest(b *testing.B) {
+	ids := make([]int32, 200000)
+	for i := range ids {
+		ids[i] = int32(i*7919) % 151000
+	}
+	w := &wireRequest{Model: "Qwen/Qwen3-8B", Prompt: ids, Temperature: 1, MaxTokens: 512, Logprobs: 0, ReturnTokenIDs: true}
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := encodeRequest(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := json.Marshal(w); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

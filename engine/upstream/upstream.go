@@ -705,17 +705,30 @@ func sampling(w *wireRequest, s engine.Sampling, stop []string) {
 // beyond its body's bytes (a default system prompt, a generation prompt).
 const templateSlack = 256
 
-// encodeRequest appends w's JSON to b.
-func encodeRequest(b []byte, w *wireRequest) ([]byte, error) {
-	body, ok := appendRequest(b, w)
-	if ok {
-		return body, nil
+// encodeRequest returns w's JSON, as json.Marshal writes it. A prompt of
+// token ids is written by fastjson.AppendInt32s where json.Marshal puts it
+// (after the model when there are no messages): for a long prompt that
+// takes half the time of encoding/json's []int32.
+func encodeRequest(w *wireRequest) ([]byte, error) {
+	ids, isIDs := w.Prompt.([]int32)
+	if isIDs && len(w.Messages) == 0 {
+		rest := *w
+		rest.Prompt = nil
+		w = &rest
 	}
 	body, err := json.Marshal(w)
 	if err != nil {
 		return nil, fmt.Errorf("encode upstream request: %w", err)
 	}
-	return body, nil
+	if !isIDs || w.Prompt != nil {
+		return body, nil
+	}
+	n := len(`{"model":`) + len(fastjson.AppendString(nil, w.Model))
+	out := make([]byte, 0, len(body)+len(`,"prompt":`)+12*len(ids))
+	out = append(out, body[:n]...)
+	out = append(out, `,"prompt":`...)
+	out = fastjson.AppendInt32s(out, ids)
+	return append(out, body[n:]...), nil
 }
 
 // Chat sends a Chat Completions call.
@@ -760,13 +773,7 @@ func (c *Client) Completion(ctx context.Context, req CompletionRequest) (*Result
 // encodeCall encodes w for model m, with max_tokens bounded by the
 // model's max_context (clamped: a bound that might not fit was not sent).
 func (c *Client) encodeCall(m *model, w *wireRequest) (body []byte, clamped bool, err error) {
-	size := 1024 + 4*len(w.StopTokenIDs)
-	for i := range w.Messages {
-		if m := &w.Messages[i]; m.Content != nil {
-			size += len(*m.Content) + len(*m.Content)/16 + 64
-		}
-	}
-	body, err = encodeRequest(make([]byte, 0, size), w)
+	body, err = encodeRequest(w)
 	if err != nil {
 		return nil, false, err
 	}
@@ -775,7 +782,7 @@ func (c *Client) encodeCall(m *model, w *wireRequest) (body []byte, clamped bool
 		// (a prompt that leaves none is the upstream's to refuse).
 		if room := m.maxContext - len(ids); room > 0 && w.MaxTokens > room {
 			w.MaxTokens = room
-			if body, err = encodeRequest(body[:0], w); err != nil {
+			if body, err = encodeRequest(w); err != nil {
 				return nil, false, err
 			}
 		}
@@ -787,7 +794,7 @@ func (c *Client) encodeCall(m *model, w *wireRequest) (body []byte, clamped bool
 		// vLLM refuses a max_tokens beyond the room left, and answers in
 		// the room left when none is given.
 		w.MaxTokens, clamped = 0, true
-		if body, err = encodeRequest(body[:0], w); err != nil {
+		if body, err = encodeRequest(w); err != nil {
 			return nil, false, err
 		}
 	}

@@ -1,22 +1,26 @@
-// Package fastjson reads and writes the few JSON documents on the
-// gateway's per-call hot path (the harness's request, the upstream's
-// answer, the response) without reflection.
+// Package fastjson reads and writes, without reflection, the JSON that
+// grows with a conversation: the harness's Chat Completions request, the
+// upstream's answer with its prompt's token ids, the model_request event
+// (written here, located by the store's codec, read back by samples).
+// At a long conversation's 100th call these are megabytes, which
+// encoding/json reads several times slower; what stays small is left to
+// encoding/json.
 //
 // Its decoders are fast paths, not replacements: a Scanner accepts a
 // subset of what encoding/json accepts and reports failure (ok == false)
 // on anything else — a syntax error, but also anything it does not
-// handle exactly as encoding/json would (invalid UTF-8, a lone surrogate
-// escape, a duplicated or case-folded key, deep nesting). Callers then
-// decode the same bytes with encoding/json, which yields its usual result
-// or error. So a document either decodes here to exactly what
-// encoding/json would produce, or is handed to encoding/json; tests check
-// that property by fuzzing both.
+// handle exactly as encoding/json would (invalid UTF-8 or a lone
+// surrogate escape in a string it decodes, a duplicated or case-folded
+// key, nesting deeper than encoding/json allows). Callers then decode the
+// same bytes with encoding/json, which yields its usual result or error.
+// So a document either decodes here to exactly what encoding/json would
+// produce, or is handed to encoding/json; tests check that property by
+// fuzzing both. Skip and Raw validate as encoding/json does, no more.
 package fastjson
 
 import (
 	"bytes"
 	"encoding/binary"
-	"math"
 	"math/bits"
 	"strconv"
 	"unicode/utf16"
@@ -24,9 +28,9 @@ import (
 	"unsafe"
 )
 
-// maxDepth bounds nesting in Skip (encoding/json allows 10000; deeper
-// documents go to it).
-const maxDepth = 512
+// maxDepth bounds nesting in Skip: values at depth 0 (the document) to
+// maxDepth, so at most 10000 nested arrays and objects, as encoding/json.
+const maxDepth = 9999
 
 // Scanner reads one JSON document. The zero value is not usable; use New.
 // After any method reports !ok the scanner is spent.
@@ -57,6 +61,10 @@ func (s *Scanner) peek() byte {
 	}
 	return 0
 }
+
+// Offset is the position in the data of the next byte to read: after a
+// value is read, the end of that value.
+func (s *Scanner) Offset() int { return s.pos }
 
 // End reports whether only white space remains.
 func (s *Scanner) End() bool {
@@ -199,7 +207,8 @@ func (s *Scanner) StringOrNull(v *string) bool {
 }
 
 // RawString reads any value as Raw does; when it is a string, str is
-// also that string decoded (isString true), in the same pass.
+// also that string decoded (isString true), in the same pass, and ok is
+// false where String's is.
 func (s *Scanner) RawString() (raw []byte, str string, isString, ok bool) {
 	if s.peek() != '"' {
 		raw, ok = s.Raw()
@@ -219,8 +228,11 @@ var strPlain = func() (t [256]bool) {
 	return t
 }()
 
-// str reads a string, unescaped when build (else only checked); without
-// escapes it returns a slice of the input, else a new buffer (fresh).
+// str reads a string, unescaped when build; without escapes it returns a
+// slice of the input, else a new buffer (fresh). Without build it checks
+// the string only as encoding/json's validation does (escapes, control
+// characters; not UTF-8 nor surrogate pairs, which only decoding
+// changes) and returns its text as written.
 func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
 	if s.peek() != '"' {
 		return nil, false, false
@@ -239,7 +251,7 @@ func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
 			continue
 		}
 		if c == '"' {
-			if !ascii && !utf8.Valid(d[start:i]) {
+			if build && !ascii && !utf8.Valid(d[start:i]) {
 				return nil, false, false
 			}
 			s.pos = i + 1
@@ -258,7 +270,7 @@ func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
 	}
 	// Escapes: copy into a buffer of the escaped length (no longer than
 	// the decoded text).
-	if !ascii && !utf8.Valid(d[start:i]) {
+	if build && !ascii && !utf8.Valid(d[start:i]) {
 		return nil, false, false
 	}
 	var buf []byte
@@ -281,7 +293,10 @@ func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
 		switch {
 		case c == '"':
 			s.pos = i + 1
-			return buf, build, true
+			if !build {
+				return d[start:i], false, true
+			}
+			return buf, true, true
 		case c < 0x20:
 			return nil, false, false
 		case c == '\\':
@@ -308,7 +323,7 @@ func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
 					return nil, false, false
 				}
 				i += 6
-				if utf16.IsSurrogate(r) {
+				if build && utf16.IsSurrogate(r) {
 					// Only a valid pair is decoded here.
 					if i+1 >= len(d) || d[i] != '\\' || d[i+1] != 'u' {
 						return nil, false, false
@@ -343,10 +358,10 @@ func (s *Scanner) str(build bool) (v []byte, fresh, ok bool) {
 				}
 				i++
 			}
-			if !ascii && !utf8.Valid(d[j:i]) {
-				return nil, false, false
-			}
 			if build {
+				if !ascii && !utf8.Valid(d[j:i]) {
+					return nil, false, false
+				}
 				buf = append(buf, d[j:i]...)
 			}
 		}
@@ -388,7 +403,7 @@ func (s *Scanner) skip(depth int) bool {
 			return false
 		}
 		for {
-			_, more := o.next()
+			_, more := o.next(false)
 			if !more {
 				return o.ok
 			}
@@ -456,7 +471,7 @@ func (s *Scanner) Object() (Object, bool) {
 // keys are skipped, values and all.
 func (o *Object) Keys(known ...string) int {
 	for {
-		k, more := o.next()
+		k, more := o.next(true)
 		if !more {
 			return -1
 		}
@@ -483,12 +498,19 @@ func (o *Object) Keys(known ...string) int {
 	}
 }
 
+// Next reads the next member's key, as written (escapes left as they are),
+// and its colon, for the caller to read its value; false at the closing
+// brace or on an error (see OK). Unlike Keys, it reads any keys, repeated
+// or not: what it reads is not what encoding/json would decode into a
+// struct, but the members as written.
+func (o *Object) Next() ([]byte, bool) { return o.next(false) }
+
 // OK reports whether the object was read to its end without error.
 func (o *Object) OK() bool { return o.ok }
 
-// next reads the next key and its colon; false at the closing brace or on
-// an error (o.ok false).
-func (o *Object) next() ([]byte, bool) {
+// next reads the next key, decoded when build, and its colon; false at the
+// closing brace or on an error (o.ok false).
+func (o *Object) next(build bool) ([]byte, bool) {
 	s := o.s
 	if !o.ok {
 		return nil, false
@@ -506,7 +528,7 @@ func (o *Object) next() ([]byte, bool) {
 		s.pos++
 	}
 	o.n++
-	k, _, ok := s.str(true)
+	k, _, ok := s.str(build)
 	if !ok || s.peek() != ':' {
 		o.ok = false
 		return nil, false
@@ -556,12 +578,6 @@ func (a *Array) Next() bool {
 
 // OK reports whether the array was read to its end without error.
 func (a *Array) OK() bool { return a.ok }
-
-// Fail marks the array as failed (an element could not be read).
-func (a *Array) Fail() { a.ok = false }
-
-// Fail marks the object as failed (a value could not be read).
-func (o *Object) Fail() { o.ok = false }
 
 // Fields reads an object (or null: no fields) whose keys are among known
 // (see Object.Keys), calling field with each key's index to read its
@@ -808,34 +824,4 @@ func AppendInt32s(b []byte, ids []int32) []byte {
 		b = strconv.AppendInt(b, int64(id), 10)
 	}
 	return append(b, ']')
-}
-
-// AppendFloat32 appends f as encoding/json's Marshal writes a float32
-// (false for NaN and infinities, which JSON cannot hold).
-func AppendFloat32(b []byte, f float32) ([]byte, bool) {
-	return appendFloat(b, float64(f), 32)
-}
-
-func appendFloat(b []byte, f float64, bits int) ([]byte, bool) {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return b, false
-	}
-	// As encoding/json: %f between 1e-6 and 1e21, else %e with the
-	// exponent's leading zero dropped.
-	abs := math.Abs(f)
-	fmt := byte('f')
-	if abs != 0 {
-		if bits == 64 && (abs < 1e-6 || abs >= 1e21) || bits == 32 && (float32(abs) < 1e-6 || float32(abs) >= 1e21) {
-			fmt = 'e'
-		}
-	}
-	b = strconv.AppendFloat(b, f, fmt, -1, bits)
-	if fmt == 'e' {
-		n := len(b)
-		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b, true
 }

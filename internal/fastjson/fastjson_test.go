@@ -1,9 +1,9 @@
 package fastjson
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -20,7 +20,7 @@ func toAny(s *Scanner, depth int) (any, bool) {
 		o, _ := s.Object()
 		m := map[string]any{}
 		for {
-			k, more := o.next()
+			k, more := o.next(true)
 			if !more {
 				return m, o.ok
 			}
@@ -145,23 +145,14 @@ func FuzzAppendString(f *testing.F) {
 	})
 }
 
-func TestAppendFloat32(t *testing.T) {
-	for _, f := range []float32{0, 1, -0.25, 1e-7, 3.4e38, 1e21, 1e20, 0.1, -1.5e-9, float32(math.Copysign(0, -1))} {
-		want, _ := json.Marshal(f)
-		got, ok := AppendFloat32(nil, f)
-		if !ok || string(got) != string(want) {
-			t.Errorf("%v: %s, want %s", f, got, want)
-		}
-	}
-	if _, ok := AppendFloat32(nil, float32(math.Inf(1))); ok {
-		t.Error("+Inf accepted")
-	}
-}
-
+// TestDeepNesting: Skip accepts the nesting encoding/json does (10000
+// levels), no deeper.
 func TestDeepNesting(t *testing.T) {
-	deep := strings.Repeat("[", maxDepth+10) + strings.Repeat("]", maxDepth+10)
-	if New([]byte(deep)).Skip() {
-		t.Error("nesting past maxDepth accepted")
+	for _, n := range []int{maxDepth, maxDepth + 1, maxDepth + 2, maxDepth + 10} {
+		deep := []byte(strings.Repeat("[", n) + strings.Repeat("]", n))
+		if got, want := New(deep).Skip(), json.Valid(deep); got != want || n > maxDepth+1 && got {
+			t.Errorf("%d levels: Skip %v, json.Valid %v", n, got, want)
+		}
 	}
 }
 
@@ -243,23 +234,53 @@ func FuzzInt32sText(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) { checkInt32sText(t, string(data)) })
 }
 
-// TestRawString: RawString reads what Raw reads, and a string also as
-// String decodes it; Skip accepts exactly the strings String does.
+// TestRawString: RawString reads what Raw reads and a string also as
+// String decodes it, or fails where String does; Skip accepts the strings
+// encoding/json's validation accepts, all those String decodes and more
+// (invalid UTF-8, lone surrogates: encoding/json keeps them in a
+// json.RawMessage).
 func TestRawString(t *testing.T) {
 	for _, in := range append([]string{`"a\nb"`, `"\u00e9\ud83d\ude00x"`, `"bad \x"`, `"\ud800"`, `[1,"x"]`, `"` + strings.Repeat(`ab\"\\`, 300) + `"`}, seeds...) {
 		raw, str, isString, ok := New([]byte(in)).RawString()
 		wantRaw, wantOK := New([]byte(in)).Raw()
-		if ok != wantOK || string(raw) != string(wantRaw) {
+		want, sok := New([]byte(in)).String()
+		if ok && (!wantOK || string(raw) != string(wantRaw)) || !ok && wantOK && (!isString || sok) {
 			t.Errorf("RawString(%q) = %q, %v; Raw %q, %v", in, raw, ok, wantRaw, wantOK)
 		}
-		want, sok := New([]byte(in)).String()
 		if isString && ok && (!sok || str != want) {
 			t.Errorf("RawString(%q) string %q, String %q (%v)", in, str, want, sok)
 		}
-		if skip := New([]byte(in)).Skip(); in[0] == '"' && skip != sok {
-			t.Errorf("Skip(%q) = %v, String ok %v", in, skip, sok)
+		if in[0] != '"' {
+			continue
+		}
+		s := New([]byte(in))
+		skip := s.Skip() && s.End()
+		if skip != json.Valid([]byte(in)) || sok && !skip {
+			t.Errorf("Skip(%q) = %v, String ok %v, json.Valid %v", in, skip, sok, json.Valid([]byte(in)))
 		}
 	}
+}
+
+// FuzzRaw: Raw accepts a document exactly when encoding/json's validation
+// does (within maxDepth), and returns it without its white space around.
+func FuzzRaw(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) > maxDepth {
+			return
+		}
+		s := New(data)
+		raw, ok := s.Raw()
+		ok = ok && s.End()
+		if ok != json.Valid(data) {
+			t.Fatalf("Raw(%q) ok %v, json.Valid %v", data, ok, !ok)
+		}
+		if ok && string(raw) != string(bytes.TrimSpace(data)) {
+			t.Fatalf("Raw(%q) = %q", data, raw)
+		}
+	})
 }
 
 // BenchmarkInt32sText: a long prompt's ids (200k ids of 1-6 digits).
