@@ -211,6 +211,11 @@ func Train(ctx context.Context, c Config, o TrainOptions) error {
 			p := pset.byName[n]
 			fmt.Fprintf(stdout, "  %s (%s) for agents %q\n", n, p.Kind, pset.Agents(n))
 		}
+		for _, p := range sv.pols {
+			if d := p.Distill; d != nil {
+				fmt.Fprintf(stdout, "  %s learns from teacher %s (distill mode %s, coef %g)\n", p.Name, d.Teacher, d.Mode, d.Coef)
+			}
+		}
 	}
 	fmt.Fprintf(stdout, "dashboard %s/ (log in with %s)\nsampling seed %d (trainer.seed)\n", url, keyNote, loop.Seed())
 

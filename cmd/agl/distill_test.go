@@ -23,10 +23,13 @@ import (
 	"github.com/aglrl/agl/trainer"
 )
 
-// distillDir makes a letter-task training dir (trainDir: the tiny student
-// in model/) and a teacher in teacher/: the student's weights fine-tuned
-// (agl sft) to answer "letter X" with "X X X", so that it is sure of
-// tokens the random student is not.
+// distillDir makes a letter-task training dir (trainDir: a random tiny
+// model in model/, the teacher) and the student in student/: the teacher's
+// weights fine-tuned (agl sft) to answer "letter X" with "X X X", so that
+// it is sure of tokens the near-uniform teacher is not: a student whose
+// reverse KL to its teacher is large and can fall fast, from its own
+// samples (learning to match a peaked teacher from a near-uniform student
+// needs far more samples than a test can take).
 func distillDir(t *testing.T, ctx context.Context, dir string, config func(harness string) string) string {
 	t.Helper()
 	cfg := letterTrainDir(t, ctx, dir, config)
@@ -41,7 +44,7 @@ func distillDir(t *testing.T, ctx context.Context, dir string, config func(harne
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := run(ctx, []string{"sft", "--model", filepath.Join(dir, "model"), "--data", data, "--out", filepath.Join(dir, "teacher"),
+	if err := run(ctx, []string{"sft", "--model", filepath.Join(dir, "model"), "--data", data, "--out", filepath.Join(dir, "student"),
 		"--steps", "40", "--batch-size", "10", "--lr", "0.01"}, &out, &out); err != nil {
 		t.Fatalf("sft: %v\n%s", err, out.String())
 	}
@@ -51,8 +54,8 @@ func distillDir(t *testing.T, ctx context.Context, dir string, config func(harne
 func distillConfig(harness, distill string) string {
 	return fmt.Sprintf(`data_dir: run
 policies:
-  student: {kind: trained, model_dir: model, agents: [""]}
-  teacher: {kind: frozen, model_dir: teacher, agents: [teacher]}
+  student: {kind: trained, model_dir: student, agents: [""]}
+  teacher: {kind: frozen, model_dir: model, agents: [teacher]}
 proxy:
   train: {temperature: 1.0}
 controller:
@@ -71,8 +74,8 @@ trainer:
 `, harness, distill)
 }
 
-// TestTrainDistill runs `agl train` with a trained tiny student and a
-// frozen teacher (the student fine-tuned), distilling alone (mode
+// TestTrainDistill runs `agl train` with a trained tiny student (the
+// teacher fine-tuned) and a frozen teacher, distilling alone (mode
 // replace): the first step's distill_kl in metrics.jsonl is the mean over
 // the step's trained tokens of the recorded sampling log-prob minus the
 // log-prob a direct forward of the teacher's model gives, so the teacher's
@@ -152,7 +155,7 @@ func TestTrainDistill(t *testing.T) {
 	if err != nil || len(res.Samples) == 0 {
 		t.Fatalf("step 1's samples: %d, %v", len(res.Samples), err)
 	}
-	w, err := model.Load(filepath.Join(dir, "teacher"))
+	w, err := model.Load(filepath.Join(dir, "model"))
 	if err != nil {
 		t.Fatal(err)
 	}
