@@ -57,7 +57,9 @@ func (c *Client) PromptLogprobs(ctx context.Context, modelName string, ids []int
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: prompt log-probs: %w", m.name, err)
 	}
-	where := func() string { return fmt.Sprintf("upstream %s (%s)", m.name, strings.Join(c.Endpoints(m.name, sticky), ", ")) }
+	where := func() string {
+		return fmt.Sprintf("upstream %s (%s)", m.name, strings.Join(c.Endpoints(m.name, sticky), ", "))
+	}
 	var resp promptLogprobsResponse
 	if err := json.Unmarshal(out, &resp); err != nil {
 		return nil, fmt.Errorf("%s: decode prompt log-probs: %w", where(), err)
