@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,6 +128,18 @@ func TestTrainDistill(t *testing.T) {
 
 	// Recompute step 1's reverse KL from the stored calls and the teacher's
 	// own forward pass.
+	want, n := stepReverseKL(t, ctx, run, 1, filepath.Join(dir, "model"))
+	t.Logf("step 1: %d trained tokens, reverse KL recomputed %.6f, reported %.6f", n, want, kls[0])
+	if math.Abs(want-kls[0]) > 1e-3*math.Max(1, math.Abs(want)) {
+		t.Errorf("step 1's distill_kl %.6f, want %.6f (recorded log-probs minus the teacher's forward pass)", kls[0], want)
+	}
+}
+
+// stepReverseKL is the mean over the trained tokens of train step s of
+// the data dir run of the recorded log-prob minus the log-prob a forward
+// pass of the model in teacherDir gives, and their number.
+func stepReverseKL(t *testing.T, ctx context.Context, run string, s int, teacherDir string) (float64, int) {
+	t.Helper()
 	st, err := app.OpenStore(ctx, config.Config{DataDir: run}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +152,7 @@ func TestTrainDistill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rs {
-		if !strings.HasPrefix(r.ID, "agl-s1-") {
+		if !strings.HasPrefix(r.ID, fmt.Sprintf("agl-s%d-", s)) {
 			continue
 		}
 		full, err := st.GetRollout(ctx, r.ID)
@@ -153,9 +166,9 @@ func TestTrainDistill(t *testing.T) {
 	}
 	res, err := samples.FromRollouts(done, events, samples.Config{})
 	if err != nil || len(res.Samples) == 0 {
-		t.Fatalf("step 1's samples: %d, %v", len(res.Samples), err)
+		t.Fatalf("step %d's samples: %d, %v", s, len(res.Samples), err)
 	}
-	w, err := model.Load(filepath.Join(dir, "model"))
+	w, err := model.Load(teacherDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,10 +194,85 @@ func TestTrainDistill(t *testing.T) {
 			}
 		}
 	}
-	want := sum / float64(n)
-	t.Logf("step 1: %d trained tokens, reverse KL recomputed %.6f, reported %.6f", n, want, kls[0])
-	if math.Abs(want-kls[0]) > 1e-3*math.Max(1, math.Abs(want)) {
-		t.Errorf("step 1's distill_kl %.6f, want %.6f (recorded log-probs minus the teacher's forward pass)", kls[0], want)
+	return sum / float64(n), n
+}
+
+// TestTrainDistillUpstream distils from an upstream teacher: a loopback
+// server answering /v1/completions in vLLM's prompt_logprobs shape with
+// the log-probs of a real model's forward pass (the tiny teacher of
+// TestTrainDistill). Step 1's distill_kl equals the one recomputed from
+// the stored calls and that model's own forward pass.
+func TestTrainDistillUpstream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains a model")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var tm *model.Model
+	var td *model.DeviceWeights
+	calls := 0
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Prompt         []int32 `json:"prompt"`
+			MaxTokens      int     `json:"max_tokens"`
+			PromptLogprobs *int    `json:"prompt_logprobs"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || r.URL.Path != "/v1/completions" || req.PromptLogprobs == nil || req.MaxTokens != 1 {
+			http.Error(w, `{"error":{"message":"want a prompt_logprobs completion"}}`, http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		calls++
+		lp, _, err := tm.LogProbs(r.Context(), td, [][]int32{req.Prompt})
+		mu.Unlock()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"id":"cmpl-1","object":"text_completion","created":1,"model":"big","choices":[{"index":0,"text":"x","logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null,"prompt_logprobs":[null`)
+		for i, id := range req.Prompt[1:] {
+			fmt.Fprintf(&b, `,{"%d":{"logprob":%v,"rank":1,"decoded_token":"t"}}`, id, lp[0][i+1])
+		}
+		fmt.Fprintf(&b, `],"prompt_token_ids":null}],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":1}}`, len(req.Prompt), len(req.Prompt)+1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(b.String()))
+	}))
+	defer up.Close()
+	cfgPath := distillDir(t, ctx, dir, func(harness string) string {
+		return strings.Replace(strings.Replace(distillConfig(harness, "{teacher: big, coef: 1}"),
+			"  teacher: {kind: frozen, model_dir: model, agents: [teacher]}\n",
+			fmt.Sprintf("  big: {kind: upstream, agents: [big], upstream: {models: [{name: big, endpoints: [%q], tokenizer_dir: model, max_context: 2048}]}}\n", up.URL+"/v1"), 1),
+			"steps: 6", "steps: 2", 1)
+	})
+	w, err := model.Load(filepath.Join(dir, "model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm, err = model.New(w.Config, ""); err != nil {
+		t.Fatal(err)
+	}
+	if td, err = tm.Upload(w); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"train", cfgPath}, &out, &out); err != nil {
+		t.Fatalf("train: %v\n%s", err, out.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "run", "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first trainer.StepMetrics
+	if err := json.Unmarshal(bytes.SplitN(b, []byte("\n"), 3)[1], &first); err != nil || first.Step != 1 || first.DistillKL == nil {
+		t.Fatalf("step 1's metrics %s: %v", bytes.SplitN(b, []byte("\n"), 3)[1], err)
+	}
+	want, n := stepReverseKL(t, ctx, filepath.Join(dir, "run"), 1, filepath.Join(dir, "model"))
+	t.Logf("step 1: %d trained tokens scored in %d upstream calls (both steps); reverse KL recomputed %.6f, reported %.6f", n, calls, want, *first.DistillKL)
+	if math.Abs(want-*first.DistillKL) > 1e-3*math.Max(1, math.Abs(want)) {
+		t.Errorf("step 1's distill_kl %.6f, want %.6f", *first.DistillKL, want)
 	}
 }
 
