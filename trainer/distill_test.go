@@ -95,3 +95,17 @@ func TestTeachersYAML(t *testing.T) {
 		t.Errorf("a list of teachers decoded")
 	}
 }
+
+// TestRecordDistilledAdvantages: a distilled call's recorded advantage
+// (the dashboard's per-call view) is its RL advantage plus the mean of its
+// trained tokens' distillation advantages.
+func TestRecordDistilledAdvantages(t *testing.T) {
+	ss := []samples.Sample{{RolloutID: "r", IDs: []int32{1, 2, 3, 4, 5, 6}, LossMask: []uint8{0, 1, 1, 0, 1, 0},
+		CallIDs: []string{"a", "b"}, CallSpans: [][2]int{{1, 3}, {4, 5}}, Advantage: 0.5,
+		DistillAdvantages: []float64{0, -1, 2, 0, 3, 0}}}
+	var m StepMetrics
+	recordAdvantages(&m, ss)
+	if got := m.Advantages["r"]; got["a"] != 0.5+0.5 || got["b"] != 0.5+3 {
+		t.Errorf("recorded %v, want a 1, b 3.5", got)
+	}
+}

@@ -220,7 +220,8 @@ func PolicyVersion(state State, name string) int64 {
 }
 
 // recordAdvantages adds the advantage of each call of ss with a trained
-// token to m.Advantages.
+// token to m.Advantages: its RL advantage, plus the mean of its trained
+// tokens' distillation advantages when distilled.
 func recordAdvantages(m *StepMetrics, ss []samples.Sample) {
 	for i := range ss {
 		s := &ss[i]
@@ -228,17 +229,24 @@ func recordAdvantages(m *StepMetrics, ss []samples.Sample) {
 			if k >= len(s.CallSpans) {
 				break
 			}
-			sp, trained := s.CallSpans[k], false
+			sp, trained := s.CallSpans[k], 0
+			var distill float64
 			for j := sp[0]; j < sp[1] && j < len(s.LossMask); j++ {
-				trained = trained || s.LossMask[j] != 0
+				if s.LossMask[j] != 0 {
+					trained++
+					if len(s.DistillAdvantages) == len(s.LossMask) {
+						distill += s.DistillAdvantages[j]
+					}
+				}
 			}
-			if !trained {
+			if trained == 0 {
 				continue
 			}
 			a := s.Advantage
 			if len(s.CallAdvantages) == len(s.CallIDs) {
 				a = s.CallAdvantages[k]
 			}
+			a += distill / float64(trained)
 			if m.Advantages == nil {
 				m.Advantages = map[string]map[string]float64{}
 			}
