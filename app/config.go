@@ -9,6 +9,7 @@ package app
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/controller"
@@ -53,8 +54,8 @@ func Load(path string) (Config, error) {
 // Decode decodes the sections of c, whose file lies in base: unknown
 // keys are errors. The proxy's limits come from the gateway section
 // (gateway.max_abs_reward, max_stored_call_bytes,
-// max_stored_attempt_bytes), and relative paths are resolved against
-// base.
+// max_stored_attempt_bytes), and relative paths (those of Base's list and
+// policies.*.upstream.models[].tokenizer_dir) are resolved against base.
 func Decode(c config.Config, base string) (Config, error) {
 	out := Config{Config: c, Base: base}
 	for _, s := range []struct {
@@ -72,6 +73,14 @@ func Decode(c config.Config, base string) (Config, error) {
 	out.Trainer.Tasks, out.Trainer.ValTasks = out.rel(out.Trainer.Tasks), out.rel(out.Trainer.ValTasks)
 	for n, p := range out.Policies {
 		p.ModelDir = out.rel(p.ModelDir)
+		if p.Upstream != nil {
+			u := *p.Upstream
+			u.Models = slices.Clone(u.Models)
+			for i := range u.Models {
+				u.Models[i].TokenizerDir = out.rel(u.Models[i].TokenizerDir)
+			}
+			p.Upstream = &u
+		}
 		out.Policies[n] = p
 	}
 	return out, nil

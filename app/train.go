@@ -87,6 +87,9 @@ func Train(ctx context.Context, c Config, o TrainOptions) error {
 	} else if ec.ModelDir == "" && o.Models == nil {
 		return fmt.Errorf("train: config has no engine.model_dir (the model to train) and no policies")
 	}
+	if err := checkDistill(tc.Distill, pset); err != nil {
+		return fmt.Errorf("train: config %s: %w", c.Path, err)
+	}
 	if len(hc.Command) == 0 {
 		return fmt.Errorf("train: config has no controller.command (the harness to run)")
 	}
@@ -142,6 +145,11 @@ func Train(ctx context.Context, c Config, o TrainOptions) error {
 	s.LLM = &LLM{Format: sv.format, engines: sv.engines, tokenizers: sv.tokenizers}
 	if err != nil {
 		return err
+	}
+	if pset != nil && o.Models == nil {
+		if err := to.distill(pset, sv); err != nil {
+			return err
+		}
 	}
 	for _, e := range sv.engines {
 		logContext(log, e)
@@ -202,6 +210,11 @@ func Train(ctx context.Context, c Config, o TrainOptions) error {
 		for _, n := range pset.names {
 			p := pset.byName[n]
 			fmt.Fprintf(stdout, "  %s (%s) for agents %q\n", n, p.Kind, pset.Agents(n))
+		}
+		for _, p := range sv.pols {
+			if d := p.Distill; d != nil {
+				fmt.Fprintf(stdout, "  %s learns from teacher %s (distill mode %s, coef %g)\n", p.Name, d.Teacher, d.Mode, d.Coef)
+			}
 		}
 	}
 	fmt.Fprintf(stdout, "dashboard %s/ (log in with %s)\nsampling seed %d (trainer.seed)\n", url, keyNote, loop.Seed())

@@ -143,6 +143,10 @@ type Sample struct {
 	// response tokens and Advantage the first trained call's.
 	Advantage      float64   `json:"advantage"`
 	CallAdvantages []float64 `json:"-"`
+	// DistillAdvantages[i], when set, is token i's on-policy distillation
+	// advantage (see Distill; 0 where masked), added to the RL advantage
+	// by TokenAdvantages.
+	DistillAdvantages []float64 `json:"-"`
 	// Reward is the rollout's primary reward (the fill value when missing).
 	Reward        float64 `json:"reward"`
 	RewardMissing bool    `json:"reward_missing,omitempty"`
@@ -164,27 +168,37 @@ func (s *Sample) Trained() int {
 }
 
 // TokenAdvantages returns the per-token advantages: Advantage (or the
-// token's call's CallAdvantages entry) where the loss mask is 1, 0
+// token's call's CallAdvantages entry), plus the token's
+// DistillAdvantages entry when set, where the loss mask is 1, 0
 // elsewhere, as float32 — saturated at ±math.MaxFloat32, so that a finite
 // advantage beyond float32's range (unnormalised estimators on huge
 // rewards) stays finite.
 func (s *Sample) TokenAdvantages() []float32 {
-	out := make([]float32, len(s.IDs))
-	sat := func(v float64) float32 { return float32(max(-math.MaxFloat32, min(math.MaxFloat32, v))) }
-	a := sat(s.Advantage)
+	adv := make([]float64, len(s.IDs))
 	for i, m := range s.LossMask {
 		if m != 0 {
-			out[i] = a
+			adv[i] = s.Advantage
 		}
 	}
 	if len(s.CallAdvantages) == len(s.CallSpans) {
 		for k, sp := range s.CallSpans {
-			for i := sp[0]; i < sp[1] && i < len(out); i++ {
+			for i := sp[0]; i < sp[1] && i < len(adv); i++ {
 				if s.LossMask[i] != 0 {
-					out[i] = sat(s.CallAdvantages[k])
+					adv[i] = s.CallAdvantages[k]
 				}
 			}
 		}
+	}
+	if len(s.DistillAdvantages) == len(adv) {
+		for i, m := range s.LossMask {
+			if m != 0 {
+				adv[i] += s.DistillAdvantages[i]
+			}
+		}
+	}
+	out := make([]float32, len(adv))
+	for i, a := range adv {
+		out[i] = float32(max(-math.MaxFloat32, min(math.MaxFloat32, a)))
 	}
 	return out
 }

@@ -18,6 +18,9 @@
 package tokenizer
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -213,4 +216,27 @@ func lossyUTF8(b []byte) string {
 		i = j
 	}
 	return sb.String()
+}
+
+// Fingerprint is a SHA-256 (hex) of t's vocabulary: every id's token
+// string and whether it is special, in id order. Two tokenizers with one
+// fingerprint map every id to the same token, so that token ids mean the
+// same text under both (what scoring one model's tokens with another
+// needs).
+func Fingerprint(t Tokenizer) string {
+	h := sha256.New()
+	var buf [5]byte
+	for id := int32(0); int(id) < t.VocabSize(); id++ {
+		tok, ok := t.Token(id)
+		binary.LittleEndian.PutUint32(buf[:4], uint32(len(tok)))
+		buf[4] = 0
+		if !ok {
+			buf[4] = 2
+		} else if t.IsSpecial(id) {
+			buf[4] = 1
+		}
+		h.Write(buf[:])
+		h.Write([]byte(tok))
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

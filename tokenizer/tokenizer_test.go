@@ -328,3 +328,49 @@ func TestRegexFallbackTokenizer(t *testing.T) {
 		t.Errorf("vocab size %d", tok.VocabSize())
 	}
 }
+
+// TestFingerprint: one vocabulary gives one fingerprint whichever loader
+// read it (the byte tokenizer and the BPE loader on its tokenizer.json);
+// another special token, another order of the added tokens or a learned
+// BPE give another.
+func TestFingerprint(t *testing.T) {
+	byteTok, err := NewByte()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := byteTok.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	asBPE, err := ParseBPE(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := NewByte(append(slices.Clone(ChatSpecialTokens), "<x>")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := slices.Clone(ChatSpecialTokens)
+	swapped[1], swapped[2] = swapped[2], swapped[1]
+	reordered, err := NewByte(swapped...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned, err := TrainBPE([]string{"abab abab abab cdcd cdcd"}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bpe, err := Parse(learned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Fingerprint(byteTok)
+	if got := Fingerprint(asBPE); got != base {
+		t.Errorf("the BPE loader's fingerprint of the byte tokenizer's file differs: %s vs %s", got, base)
+	}
+	for name, tok := range map[string]Tokenizer{"an added token": extra, "reordered specials": reordered, "a learned BPE": bpe} {
+		if Fingerprint(tok) == base {
+			t.Errorf("%s: same fingerprint as the byte tokenizer", name)
+		}
+	}
+}

@@ -52,6 +52,9 @@ type TrainedPolicy struct {
 	// section's model), whose checkpoint is the checkpoint dir itself.
 	Named  bool
 	Policy Policy
+	// Distill, when set, is its on-policy distillation from a teacher
+	// (trainer.distill).
+	Distill *Distill
 }
 
 // PolicyDir is where a named policy's checkpoint lives inside the
@@ -69,6 +72,9 @@ func checkPolicies(ps []TrainedPolicy) error {
 	for _, p := range ps {
 		if p.Policy == nil {
 			return fmt.Errorf("trainer: policy %q has no implementation", p.Name)
+		}
+		if p.Distill != nil && p.Distill.Score == nil {
+			return fmt.Errorf("trainer: policy %q: its teacher %q has no scorer", p.Name, p.Distill.Teacher)
 		}
 		if !p.Named && len(ps) > 1 {
 			return fmt.Errorf("trainer: an unnamed policy trains alone")
@@ -112,9 +118,31 @@ func (l *Loop) stepPolicy(ctx context.Context, s int, p TrainedPolicy, done []st
 	scfg.TrainAgents = l.cfg.agentsOf(p)
 	scfg.Staleness = samples.StalenessConfig{Current: version, Max: int64(l.cfg.MaxStaleness),
 		Keep: l.cfg.OnStale == StaleKeep}
+	if p.Distill != nil {
+		// A group whose rewards are all equal still carries the teacher's
+		// signal.
+		scfg.Advantage.DropZeroVariance = false
+	}
 	res, err := samples.FromRollouts(done, events, scfg)
 	if err != nil {
 		return false, err
+	}
+	var distillKL *float64
+	if p.Distill != nil && len(res.Samples) > 0 {
+		ds, err := p.Distill.apply(ctx, res.Samples)
+		if err != nil {
+			return false, fmt.Errorf("policy %s: distillation from teacher %s: %w", p.Name, p.Distill.Teacher, err)
+		}
+		distillKL = &ds.ReverseKL
+		// Token-weighted over the distilled policies.
+		if m.DistillKL == nil {
+			m.DistillKL, m.distillTokens = new(float64), 0
+		}
+		n := m.distillTokens + ds.Tokens
+		if n > 0 {
+			*m.DistillKL = (*m.DistillKL*float64(m.distillTokens) + ds.ReverseKL*float64(ds.Tokens)) / float64(n)
+		}
+		m.distillTokens = n
 	}
 	st := res.Stats
 	// Token-weighted means over the policies (one policy: its own).
@@ -167,7 +195,7 @@ func (l *Loop) stepPolicy(ctx context.Context, s int, p TrainedPolicy, done []st
 		}
 		l.state.Versions[p.Name] = version
 		l.policyMetrics(m, p, PolicyMetrics{Version: version, Samples: st.Samples, TrainedTokens: st.TrainedTokens,
-			Loss: u.Loss, GradNorm: u.GradNorm, Entropy: u.Entropy, ClipFrac: u.ClipFrac, ApproxKL: u.ApproxKL})
+			Loss: u.Loss, GradNorm: u.GradNorm, Entropy: u.Entropy, ClipFrac: u.ClipFrac, ApproxKL: u.ApproxKL, DistillKL: distillKL})
 	} else {
 		l.state.Version = version
 	}
@@ -192,7 +220,8 @@ func PolicyVersion(state State, name string) int64 {
 }
 
 // recordAdvantages adds the advantage of each call of ss with a trained
-// token to m.Advantages.
+// token to m.Advantages: its RL advantage, plus the mean of its trained
+// tokens' distillation advantages when distilled.
 func recordAdvantages(m *StepMetrics, ss []samples.Sample) {
 	for i := range ss {
 		s := &ss[i]
@@ -200,17 +229,24 @@ func recordAdvantages(m *StepMetrics, ss []samples.Sample) {
 			if k >= len(s.CallSpans) {
 				break
 			}
-			sp, trained := s.CallSpans[k], false
+			sp, trained := s.CallSpans[k], 0
+			var distill float64
 			for j := sp[0]; j < sp[1] && j < len(s.LossMask); j++ {
-				trained = trained || s.LossMask[j] != 0
+				if s.LossMask[j] != 0 {
+					trained++
+					if len(s.DistillAdvantages) == len(s.LossMask) {
+						distill += s.DistillAdvantages[j]
+					}
+				}
 			}
-			if !trained {
+			if trained == 0 {
 				continue
 			}
 			a := s.Advantage
 			if len(s.CallAdvantages) == len(s.CallIDs) {
 				a = s.CallAdvantages[k]
 			}
+			a += distill / float64(trained)
 			if m.Advantages == nil {
 				m.Advantages = map[string]map[string]float64{}
 			}

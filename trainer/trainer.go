@@ -159,6 +159,10 @@ type Config struct {
 	// in the summary: a run that degrades late still hands back its best
 	// policy.
 	KeepBest bool `yaml:"keep_best"`
+	// Distill turns on on-policy distillation: a teacher policy scores
+	// the tokens each trained policy sampled, and the per-token reverse KL
+	// becomes (or adds to) their advantage (DistillConfig). nil: off.
+	Distill *DistillConfig `yaml:"distill"`
 }
 
 // WithDefaults is c with every unset field at its default.
@@ -211,6 +215,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OnStale == "" {
 		c.OnStale = StaleDrop
+	}
+	if c.Distill != nil {
+		c.Distill = c.Distill.withDefaults()
 	}
 	return c
 }
@@ -272,6 +279,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("trainer: filter_attempts %d: want 0 (off) or at least 2", c.FilterAttempts)
 	case c.LengthPenalty < 0 || math.IsNaN(c.LengthPenalty) || math.IsInf(c.LengthPenalty, 0):
 		return fmt.Errorf("trainer: length_penalty %v: want a finite value ≥ 0", c.LengthPenalty)
+	}
+	if c.Distill != nil {
+		return c.Distill.validate()
 	}
 	return nil
 }
@@ -395,6 +405,12 @@ type StepMetrics struct {
 	Advantages map[string]map[string]float64 `json:"advantages,omitempty"`
 	// LengthPenalty is the mean penalty taken off the trained rewards.
 	LengthPenalty float64 `json:"length_penalty_mean,omitempty"`
+	// DistillKL is the mean reverse KL of the distilled policies' trained
+	// tokens to their teachers, mean(log μ − log π_teacher) (token-weighted
+	// over the policies; trainer.distill), before the step's update.
+	DistillKL *float64 `json:"distill_kl,omitempty"`
+	// distillTokens are the tokens DistillKL is the mean of.
+	distillTokens int
 }
 
 // PolicyMetrics is one named policy's part of a step.
@@ -407,6 +423,9 @@ type PolicyMetrics struct {
 	Entropy       float64 `json:"entropy"`
 	ClipFrac      float64 `json:"clip_fraction"`
 	ApproxKL      float64 `json:"approx_kl"`
+	// DistillKL is the policy's mean reverse KL to its teacher (distilled
+	// policies only).
+	DistillKL *float64 `json:"distill_kl,omitempty"`
 }
 
 // New prepares a loop over the trained policies pols (already resumed when
@@ -580,10 +599,17 @@ func (l *Loop) progress(m StepMetrics, start time.Time) {
 	for _, p := range l.pols {
 		if pm, ok := m.Policies[p.Name]; ok {
 			fmt.Fprintf(&per, "  | %s v%d tok %d gnorm %.3g kl %.2g clip %.3f", p.Name, pm.Version, pm.TrainedTokens, pm.GradNorm, pm.ApproxKL, pm.ClipFrac)
+			if pm.DistillKL != nil {
+				fmt.Fprintf(&per, " distill-kl %.3g", *pm.DistillKL)
+			}
 		}
 	}
-	fmt.Fprintf(l.out, "[%-*s] step %d/%d  reward %.3f  success %.0f%%  dropped %d/%d groups  %.0f tok/s  gnorm %.3g  kl %.2g  clip %.3f  ent %.3f  v%d  elapsed %s  ETA %s%s\n",
-		width, bar, l.state.Step, l.cfg.Steps, m.RewardMean, 100*m.SuccessRate, m.DroppedGroups, m.Groups, m.TokensPerSec, m.GradNorm, m.ApproxKL, m.ClipFrac, m.Entropy, l.state.Version,
+	distill := ""
+	if m.DistillKL != nil {
+		distill = fmt.Sprintf("  distill-kl %.3g", *m.DistillKL)
+	}
+	fmt.Fprintf(l.out, "[%-*s] step %d/%d  reward %.3f  success %.0f%%  dropped %d/%d groups  %.0f tok/s  gnorm %.3g  kl %.2g  clip %.3f  ent %.3f%s  v%d  elapsed %s  ETA %s%s\n",
+		width, bar, l.state.Step, l.cfg.Steps, m.RewardMean, 100*m.SuccessRate, m.DroppedGroups, m.Groups, m.TokensPerSec, m.GradNorm, m.ApproxKL, m.ClipFrac, m.Entropy, distill, l.state.Version,
 		el.Round(time.Second), eta, per.String())
 }
 
