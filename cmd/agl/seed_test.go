@@ -170,11 +170,7 @@ func TestCalcPipelineSeeded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
 	}
-	if testutil.Race {
-		// Two whole pipelines take 8+ minutes under the race detector;
-		// scripts/test.sh runs this test in its pass without it.
-		t.Skip("too slow under the race detector: scripts/test.sh runs it without")
-	}
+	testutil.SkipRace(t, "two whole pipelines train for 8+ minutes under the race detector")
 	py := testutil.Python(t)
 	example, err := filepath.Abs("../../examples/calc")
 	if err != nil {
