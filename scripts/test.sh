@@ -3,15 +3,7 @@
 # conformance suite (scripts/with-postgres.sh), then the whole module with
 # the race detector. Extra arguments go to `go test` (e.g. -run Store).
 #
-# The race detector instruments every package but GoMLX's compute backend
-# (github.com/gomlx/compute/...: the pure-Go matmul and friends), which it
-# would slow 3-10x while checking GoMLX's kernels, not agl's concurrency.
-# agl's own code, the standard library and the other modules stay
-# instrumented, and the backend's channels, mutexes and goroutine starts
-# still order agl's memory accesses, so a race in agl's code shows the same
-# with or without the backend instrumented; only accesses made inside the
-# backend go unchecked. checkptr is off because GoMLX's pure-Go matmul
-# trips it under -race.
+# checkptr is off because GoMLX's pure-Go matmul trips it under -race.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The real-CLI tests run the pinned Claude Code and Codex from npm
@@ -43,5 +35,4 @@ if [ $# -eq 0 ]; then
 	pattern="^($(IFS='|'; echo "${names[*]}"))\$"
 	go test -count=1 -timeout 20m -run "$pattern" "${pkgs[@]}"
 fi
-exec scripts/with-postgres.sh go test -race -gcflags=all=-d=checkptr=0 \
-	-gcflags='github.com/gomlx/compute/...=-race=false -d=checkptr=0' -timeout 45m "$@" ./...
+exec scripts/with-postgres.sh go test -race -gcflags=all=-d=checkptr=0 -timeout 45m "$@" ./...
