@@ -20,6 +20,7 @@ func TestChunkedPrefillMatchesTeacherForced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("prefills prompts of 1k tokens in chunks (tens of seconds)")
 	}
+	testutil.SkipRace(t, "1.7k prompt tokens prefilled and checked against a teacher-forced pass: numerics (the engine's concurrent admission is raced by TestBatchedMatchesSequential and TestStressNoHang)")
 	m, w, d := newTiny(t, TypeQwen3, 3)
 	e, err := NewEngine(m, w, 1, EngineOptions{MaxBatch: 3, MaxContext: 1300})
 	if err != nil {
