@@ -101,7 +101,7 @@ func SkipShort(t testing.TB, why string) {
 
 // SkipRace skips the test under the race detector. It is for tests whose
 // work is model numerics (training or running a GoMLX model on the
-// calling goroutine), which the race detector slows 10–20× while checking
+// calling goroutine), which the race detector slows 6–40× while checking
 // GoMLX's kernels rather than agl's concurrency. Such a test runs in the
 // non-race lane instead: scripts/test.sh runs the tests listed in
 // scripts/norace-tests.txt first, without -race, and TestNonRaceLane checks
