@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/samples"
 	"github.com/gomlx/compute"
 	. "github.com/gomlx/gomlx/core/graph" //nolint:revive // graph DSL
@@ -45,6 +46,7 @@ func TestSFTLearnsCopyTask(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
 	}
+	testutil.SkipRace(t, "400 training steps on one goroutine: numerics")
 	cfg := tinyConfig(TypeQwen3)
 	cfg.VocabSize = 16
 	w, err := NewRandom(cfg, 7)
@@ -388,6 +390,7 @@ func TestTrainBackendMatchesSequential(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the 1m preset twice (minutes)")
 	}
+	testutil.SkipRace(t, "trains the 1m preset twice: numerics, and GoMLX's executor, not agl's concurrency")
 	cfg, err := Preset("1m", 265)
 	if err != nil {
 		t.Fatal(err)

@@ -22,9 +22,17 @@ if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-ge
 		{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } ||
 		echo "test.sh: could not install bubblewrap; the sandbox tests skip" >&2
 fi
-# The few tests too slow under the race detector (they skip there) run
-# first without it: two whole examples/calc pipelines compared.
+# The non-race lane: the tests that skip under the race detector
+# (testutil.SkipRace: model numerics) run first without it, as listed in
+# scripts/norace-tests.txt. Extra arguments skip this pass.
 if [ $# -eq 0 ]; then
-	go test -count=1 -timeout 15m -run '^TestCalcPipelineSeeded$' ./cmd/agl
+	pkgs=()
+	names=()
+	while read -r pkg tests; do
+		pkgs+=("$pkg")
+		names+=($tests)
+	done < <(grep -v '^#' scripts/norace-tests.txt | grep .)
+	pattern="^($(IFS='|'; echo "${names[*]}"))\$"
+	go test -count=1 -timeout 20m -run "$pattern" "${pkgs[@]}"
 fi
 exec scripts/with-postgres.sh go test -race -gcflags=all=-d=checkptr=0 -timeout 45m "$@" ./...

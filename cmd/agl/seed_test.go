@@ -31,6 +31,7 @@ func TestTrainSeeded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
 	}
+	testutil.SkipRace(t, "four runs compared byte for byte: reproducible numerics (TestTrainEndToEnd runs the same stack under the race detector)")
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -170,11 +171,7 @@ func TestCalcPipelineSeeded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
 	}
-	if testutil.Race {
-		// Two whole pipelines take 8+ minutes under the race detector;
-		// scripts/test.sh runs this test in its pass without it.
-		t.Skip("too slow under the race detector: scripts/test.sh runs it without")
-	}
+	testutil.SkipRace(t, "two whole pipelines train for 8+ minutes under the race detector")
 	py := testutil.Python(t)
 	example, err := filepath.Abs("../../examples/calc")
 	if err != nil {

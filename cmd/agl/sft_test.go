@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/aglrl/agl/chat"
+	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/model"
 )
 
@@ -24,6 +25,7 @@ func TestModelInitSFTLearnsToyTask(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
 	}
+	testutil.SkipRace(t, "151 SFT steps and greedy evaluations on one goroutine: numerics")
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "config.json")
 	cfg := `{"model_type":"qwen3","hidden_size":64,"intermediate_size":192,"num_hidden_layers":2,

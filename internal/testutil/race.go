@@ -2,5 +2,5 @@
 
 package testutil
 
-// Race reports whether the test binary was built with the race detector.
-const Race = true
+// race reports whether the test binary was built with the race detector.
+const race = true

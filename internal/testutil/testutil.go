@@ -99,6 +99,20 @@ func SkipShort(t testing.TB, why string) {
 	}
 }
 
+// SkipRace skips the test under the race detector. It is for tests whose
+// work is model numerics (training or running a GoMLX model on the
+// calling goroutine), which the race detector slows 6–40× while checking
+// GoMLX's kernels rather than agl's concurrency. Such a test runs in the
+// non-race lane instead: scripts/test.sh runs the tests listed in
+// scripts/norace-tests.txt first, without -race, and TestNonRaceLane checks
+// that this list names exactly the tests that call SkipRace.
+func SkipRace(t testing.TB, why string) {
+	t.Helper()
+	if race {
+		t.Skip("race lane: " + why + "; scripts/test.sh runs it without the race detector")
+	}
+}
+
 // RequireBwrap skips the test without bubblewrap, unless
 // AGL_REQUIRE_BWRAP=1 (CI) makes a missing bwrap a failure.
 func RequireBwrap(t testing.TB) {
