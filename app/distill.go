@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/aglrl/agl/engine/upstream"
 	"github.com/aglrl/agl/model"
@@ -138,22 +139,16 @@ func (o trainOpts) scorer(name string, pc PolicyConfig) (trainer.Scorer, error) 
 		modelName := pc.Upstream.Models[0].Name
 		return func(ctx context.Context, seqs [][]int32) ([][]float32, error) {
 			out := make([][]float32, len(seqs))
-			errs := make([]error, len(seqs))
-			sem := make(chan struct{}, upstreamScoreCalls)
-			var wg sync.WaitGroup
+			g, gctx := errgroup.WithContext(ctx)
+			g.SetLimit(upstreamScoreCalls)
 			for i, s := range seqs {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					out[i], errs[i] = cl.PromptLogprobs(ctx, modelName, s)
-				}()
+				g.Go(func() (err error) {
+					out[i], err = cl.PromptLogprobs(gctx, modelName, s)
+					return err
+				})
 			}
-			wg.Wait()
-			for _, err := range errs {
-				if err != nil {
-					return nil, err
-				}
+			if err := g.Wait(); err != nil {
+				return nil, err
 			}
 			return out, nil
 		}, nil
