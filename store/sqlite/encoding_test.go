@@ -300,12 +300,11 @@ func TestPruneReclaims(t *testing.T) {
 	}
 }
 
-// TestJournalCrashReplayModelCalls: a model call recorded in the journal
-// (its stored form against the attempt's last committed call) while the
-// applier is held survives a SIGKILL; replayed, every call reads back
-// exactly. A call is recorded only once the attempt's previous calls are
-// applied (the stored form does not depend on the applier's progress), so
-// at most one call of an attempt waits in the journal.
+// TestJournalCrashReplayModelCalls: model calls recorded in the journal
+// while the applier is held survive a SIGKILL; replayed, every call reads
+// back exactly. Each is journaled against the attempt's last committed
+// call (the ones before it still wait in the journal), so each record
+// reads back on its own.
 func TestJournalCrashReplayModelCalls(t *testing.T) {
 	calls, _ := storetest.Conversation([]string{"", "b"}, 24, 4096)
 	if path := os.Getenv("AGL_JOURNAL_CALLS_CHILD"); path != "" {
@@ -353,8 +352,10 @@ func TestJournalCrashReplayModelCalls(t *testing.T) {
 	checkEvents(t, s, calls)
 }
 
-// journalCallsChild appends all calls but the last, records the last with
-// the applier held, says so, and waits to be killed.
+// journalCallsChild appends all calls but the last journaledCalls, records
+// those with the applier held, says so, and waits to be killed.
+const journaledCalls = 3
+
 func journalCallsChild(path string, calls [][]byte) {
 	sqlite.HoldApply()
 	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
@@ -371,7 +372,7 @@ func journalCallsChild(path string, calls [][]byte) {
 	}
 	for i, d := range calls {
 		ev := []store.NewEvent{{Type: store.EventModelRequest, Data: d, DataValid: true}}
-		if i < len(calls)-1 {
+		if i < len(calls)-journaledCalls {
 			_, err = s.AppendEvents(ctx, "r", cl.Attempt.ID, ev)
 		} else {
 			err = s.RecordEvents(ctx, "r", cl.Attempt.ID, ev)
