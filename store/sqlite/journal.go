@@ -559,13 +559,13 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 	// The journal holds each event in its stored form: a call is
 	// encoded against the latest committed call of its attempt and
 	// agent, so it writes what is new, not the whole history, and each
-	// record reads back on its own. The attempt's previous call may still
-	// wait to be applied (the next call of an agent without think time
-	// comes before the applier's transaction): this call is then
-	// journaled against an older call, without waiting, and keeps its
-	// JSON in memory so that the applier stores it against the previous
-	// call (held). Only a record replayed after a crash is stored as
-	// journaled.
+	// record reads back on its own. A call of the attempt may still wait
+	// to be applied (the next call of an agent without think time comes
+	// before the applier's transaction): this call is then journaled
+	// against an older call, without waiting, and keeps its JSON in
+	// memory (jentry.json) so that the applier stores it against its
+	// agent's latest call, as if it had waited. Only a record replayed
+	// after a crash is stored as journaled.
 	var encs []store.Encoding
 	var held []store.NewEvent
 	var heldBytes int64
