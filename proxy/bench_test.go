@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,6 +95,15 @@ func load(b *testing.B, hc *http.Client, ts []target, n int) ([]time.Duration, t
 	return lat, time.Since(start)
 }
 
+// cpuTime is the CPU time (user and system) the process used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func pct(d []time.Duration, p float64) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -116,6 +126,11 @@ func pct(d []time.Duration, p float64) time.Duration {
 // with client, gateway and upstream sharing its cores. The gateway=relay
 // variants go lower still: a raw TCP relay of the bytes (see relay), the
 // floor of any HTTP gateway whatever its server.
+//
+// The process's CPU time per call in the direct and the gateway rounds
+// (client, gateway and upstream together) tells what a machine whose
+// cores are all busy sees: there calls/s follow CPU per call, which other
+// load on the machine changes much less than it changes wall times.
 //
 //	go test -run '^$' -bench Overhead -benchtime 4000x ./proxy
 func BenchmarkOverhead(b *testing.B) {
@@ -290,14 +305,16 @@ func benchOverhead(b *testing.B, clients int, gateway string) {
 	load(b, hc, gw, 2*clients)
 	b.ResetTimer()
 	var dl, gl []time.Duration
-	var dwall, gwall time.Duration
+	var dwall, gwall, dcpu, gcpu time.Duration
 	const rounds = 4
 	for r := range rounds {
 		m := n/rounds + min(1, max(0, n%rounds-r))
+		c0 := cpuTime(b)
 		l, w := load(b, hc, direct, m)
-		dl, dwall = append(dl, l...), dwall+w
+		c1 := cpuTime(b)
+		dl, dwall, dcpu = append(dl, l...), dwall+w, dcpu+c1-c0
 		l, w = load(b, hc, gw, m)
-		gl, gwall = append(gl, l...), gwall+w
+		gl, gwall, gcpu = append(gl, l...), gwall+w, gcpu+cpuTime(b)-c1
 	}
 	b.StopTimer()
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -309,6 +326,8 @@ func benchOverhead(b *testing.B, clients int, gateway string) {
 	b.ReportMetric(dps, "direct-calls/s")
 	b.ReportMetric(gps, "gw-calls/s")
 	b.ReportMetric(gps/dps, "gw/direct")
+	b.ReportMetric(us(dcpu)/float64(n), "direct-cpu-µs/call")
+	b.ReportMetric(us(gcpu)/float64(n), "gw-cpu-µs/call")
 	if gateway != "sqlite" {
 		return
 	}

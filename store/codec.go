@@ -87,7 +87,10 @@ func joinIDs(a, b []byte) []byte {
 }
 
 var (
-	zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+	// zenc encodes on up to GOMAXPROCS goroutines at once: with one
+	// encoder, concurrent calls queued for it (EncodeAll takes an
+	// encoder from a pool of that size).
+	zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(0), zstd.WithLowerEncoderMem(true))
 	zdec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(1<<30))
 )
 

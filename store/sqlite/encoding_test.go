@@ -181,6 +181,61 @@ func TestStoredFormDeterministic(t *testing.T) {
 	}
 }
 
+// TestJournalCallsWithoutWaiting: calls of one attempt recorded back to
+// back while the applier is held do not wait for it (each is journaled
+// against the last committed call, its JSON held in memory); once
+// applied, each call is stored against the one before it, reads back
+// exactly, and the memory is given back.
+func TestJournalCallsWithoutWaiting(t *testing.T) {
+	calls, _ := storetest.Conversation([]string{""}, 8, 4096)
+	release := sqlite.HoldApply()
+	path := filepath.Join(t.TempDir(), "agl.db")
+	s := openAt(t, path)
+	defer s.Close()
+	cl := claimOne(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var held int
+	for i, d := range calls {
+		if err := s.RecordEvents(ctx, "r", cl.Attempt.ID, []store.NewEvent{{Type: store.EventModelRequest, Data: d, DataValid: true}}); err != nil {
+			t.Fatalf("call %d with the applier held: %v", i, err)
+		}
+		if i > 0 {
+			held += len(d)
+		}
+	}
+	if got := sqlite.JournalHeld(s); got != int64(held) {
+		t.Fatalf("journal holds %d bytes of JSON, want %d (every call after the first)", got, held)
+	}
+	release()
+	checkEvents(t, s, calls)
+	if got := sqlite.JournalHeld(s); got != 0 {
+		t.Fatalf("journal holds %d bytes of JSON once applied", got)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT seq, data FROM events ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var prev int64
+	for rows.Next() {
+		var seq int64
+		var d []byte
+		if err := rows.Scan(&seq, &d); err != nil {
+			t.Fatal(err)
+		}
+		if got := store.BaseSeq(d); got != prev {
+			t.Errorf("event %d stored against %d, want the call before it (%d)", seq, got, prev)
+		}
+		prev = seq
+	}
+}
+
 func checkEvents(t *testing.T, s store.Store, want [][]byte) {
 	t.Helper()
 	evs, err := s.ListEvents(context.Background(), store.EventFilter{RolloutID: "r"})
@@ -300,12 +355,11 @@ func TestPruneReclaims(t *testing.T) {
 	}
 }
 
-// TestJournalCrashReplayModelCalls: a model call recorded in the journal
-// (its stored form against the attempt's last committed call) while the
-// applier is held survives a SIGKILL; replayed, every call reads back
-// exactly. A call is recorded only once the attempt's previous calls are
-// applied (the stored form does not depend on the applier's progress), so
-// at most one call of an attempt waits in the journal.
+// TestJournalCrashReplayModelCalls: model calls recorded in the journal
+// while the applier is held survive a SIGKILL; replayed, every call reads
+// back exactly. Each is journaled against the attempt's last committed
+// call (the ones before it still wait in the journal), so each record
+// reads back on its own.
 func TestJournalCrashReplayModelCalls(t *testing.T) {
 	calls, _ := storetest.Conversation([]string{"", "b"}, 24, 4096)
 	if path := os.Getenv("AGL_JOURNAL_CALLS_CHILD"); path != "" {
@@ -353,8 +407,10 @@ func TestJournalCrashReplayModelCalls(t *testing.T) {
 	checkEvents(t, s, calls)
 }
 
-// journalCallsChild appends all calls but the last, records the last with
-// the applier held, says so, and waits to be killed.
+// journalCallsChild appends all calls but the last journaledCalls, records
+// those with the applier held, says so, and waits to be killed.
+const journaledCalls = 3
+
 func journalCallsChild(path string, calls [][]byte) {
 	sqlite.HoldApply()
 	s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
@@ -371,7 +427,7 @@ func journalCallsChild(path string, calls [][]byte) {
 	}
 	for i, d := range calls {
 		ev := []store.NewEvent{{Type: store.EventModelRequest, Data: d, DataValid: true}}
-		if i < len(calls)-1 {
+		if i < len(calls)-journaledCalls {
 			_, err = s.AppendEvents(ctx, "r", cl.Attempt.ID, ev)
 		} else {
 			err = s.RecordEvents(ctx, "r", cl.Attempt.ID, ev)

@@ -22,6 +22,14 @@ func JournalSize(s *Store) int64 {
 	return s.journal.written
 }
 
+// JournalHeld is the bytes of JSON the journal holds for the applier
+// (calls journaled while their attempt's previous call waited).
+func JournalHeld(s *Store) int64 {
+	s.journal.mu.Lock()
+	defer s.journal.mu.Unlock()
+	return s.journal.held
+}
+
 // JournalRecords returns where each record of the journal file at path
 // starts, and the file's header length.
 func JournalRecords(path string) (starts []int64, header int64, err error) {

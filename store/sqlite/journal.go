@@ -61,6 +61,7 @@ type journal struct {
 	written  int64 // end of the file
 	applied  int64 // offset through which SQLite holds the events
 	pending  []jentry
+	held     int64               // bytes of the pending entries' JSON (jentry.json)
 	calls    map[[2]string]int64 // attempt → end of its last journaled model_request not known applied
 	advanced chan struct{}       // closed and replaced when applied or err changes
 	err      error               // the last apply's error while entries are pending
@@ -80,7 +81,12 @@ type jentry struct {
 	rid, aid string
 	evs      []store.NewEvent // Data in the stored form (store/codec.go) or JSON
 	encs     []store.Encoding // how evs were encoded when recorded; nil when replayed
-	end      int64            // file offset after the record
+	// json holds the events as recorded (their JSON) when a call of the
+	// attempt was still waiting to be applied as they were encoded: the
+	// applier then stores them against that call (see record); nil
+	// otherwise, and when replayed.
+	json []store.NewEvent
+	end  int64 // file offset after the record
 }
 
 // The journal's format. A file starts with a header: the magic (which
@@ -551,14 +557,25 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 		return err
 	}
 	// The journal holds each event in its stored form: a call is
-	// encoded against the latest call of its attempt and agent, so it
-	// writes what is new, not the whole history. That call is committed
-	// first (waitCalls), so the base does not depend on how far the
-	// applier got: the same calls are stored as the same bytes.
+	// encoded against the latest committed call of its attempt and
+	// agent, so it writes what is new, not the whole history, and each
+	// record reads back on its own. A call of the attempt may still wait
+	// to be applied (the next call of an agent without think time comes
+	// before the applier's transaction): this call is then journaled
+	// against an older call, without waiting, and keeps its JSON in
+	// memory (jentry.json) so that the applier stores it against its
+	// agent's latest call, as if it had waited. Only a record replayed
+	// after a crash is stored as journaled.
 	var encs []store.Encoding
-	if !j.s.plain && hasCall(evs) {
-		if err := j.waitCalls(ctx, rid, aid); err != nil {
-			return err
+	var held []store.NewEvent
+	var heldBytes int64
+	if !j.s.plain && hasCall(evs) && j.callPending(rid, aid) {
+		held = slices.Clone(evs)
+		for i := range held {
+			if held[i].Type == store.EventModelRequest {
+				held[i].Data = bytes.Clone(held[i].Data)
+				heldBytes += int64(len(held[i].Data))
+			}
 		}
 	}
 	if !j.s.plain {
@@ -586,7 +603,7 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 		case j.err != nil:
 			return fmt.Errorf("sqlite store: event journal: applying failed: %w", j.err)
 		}
-		if j.written-j.applied < maxPendingBytes {
+		if j.written-j.applied+j.held < maxPendingBytes {
 			break
 		}
 		// Too much waits to be applied: wait for the applier.
@@ -608,7 +625,8 @@ func (j *journal) record(ctx context.Context, rid, aid string, evs []store.NewEv
 		return fmt.Errorf("sqlite store: write event journal: %w", err)
 	}
 	j.written += int64(len(rec))
-	j.pending = append(j.pending, jentry{rid: rid, aid: aid, evs: evs, encs: encs, end: j.written})
+	j.held += heldBytes
+	j.pending = append(j.pending, jentry{rid: rid, aid: aid, evs: evs, encs: encs, json: held, end: j.written})
 	if hasCall(evs) {
 		j.calls[[2]string{rid, aid}] = j.written
 	}
@@ -625,37 +643,14 @@ func hasCall(evs []store.NewEvent) bool {
 	return slices.ContainsFunc(evs, func(e store.NewEvent) bool { return e.Type == store.EventModelRequest })
 }
 
-// waitCalls waits until the attempt's journaled model_request events are
-// in SQLite (at once when there are none: the usual case, as the applier
-// lingers applyLinger and a model's next call comes after its answer).
-func (j *journal) waitCalls(ctx context.Context, rid, aid string) error {
-	k := [2]string{rid, aid}
+// callPending tells whether a model_request event of the attempt is
+// journaled and not yet applied (rarely: the applier lingers applyLinger,
+// and a model's next call usually comes after its answer took longer).
+func (j *journal) callPending(rid, aid string) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for {
-		end, ok := j.calls[k]
-		if !ok || j.applied >= end {
-			delete(j.calls, k)
-			return nil
-		}
-		switch {
-		case j.closed:
-			return store.ErrStoreClosing
-		case j.err != nil:
-			return fmt.Errorf("sqlite store: event journal: applying failed: %w", j.err)
-		}
-		ch := j.advanced
-		poke(j.wake)
-		poke(j.urgent)
-		j.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			j.mu.Lock()
-			return fmt.Errorf("sqlite store: wait for the attempt's last call: %w", ctx.Err())
-		}
-		j.mu.Lock()
-	}
+	end, ok := j.calls[[2]string{rid, aid}]
+	return ok && j.applied < end
 }
 
 // holdApply, when set (by tests, before Open), holds the applier until it
@@ -808,6 +803,13 @@ func (j *journal) applyLoop() {
 				continue
 			}
 			backoff = time.Millisecond
+			for _, e := range batch {
+				for _, ev := range e.json {
+					if ev.Type == store.EventModelRequest {
+						j.held -= int64(len(ev.Data))
+					}
+				}
+			}
 			j.pending = append(j.pending[:0], j.pending[n:]...)
 			j.applied, j.err = batch[n-1].end, nil
 			for k, end := range j.calls {
@@ -876,9 +878,20 @@ func (s *Store) applyJournal(ctx context.Context, entries []jentry, gen uint64, 
 		for _, e := range entries {
 			for i, ev := range e.evs {
 				var err error
-				if e.encs != nil {
+				switch {
+				case e.json != nil && e.json[i].Type == store.EventModelRequest:
+					// Stored against the attempt's latest call, which
+					// may have been journaled after this one was encoded.
+					// The gateway's own encoding, or the journal's when
+					// there is none, is reused where its base is that call.
+					js := e.json[i]
+					if js.Encoded == nil {
+						js.Encoded = &e.encs[i]
+					}
+					_, err = s.insertEncoded(ctx, ins, enc, e.rid, e.aid, ev, enc.Encode(e.rid, e.aid, js))
+				case e.encs != nil:
 					_, err = s.insertEncoded(ctx, ins, enc, e.rid, e.aid, ev, e.encs[i])
-				} else {
+				default:
 					_, err = s.insertEvent(ctx, ins, enc, e.rid, e.aid, ev)
 				}
 				if err != nil {
