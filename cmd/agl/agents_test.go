@@ -93,7 +93,7 @@ trainer:
 `, harness)
 	})
 	sr := newScriptedRun(t, nil, distinctReplies())
-	out, err := sr.train(ctx, cfgPath, false)
+	out, err := sr.train(ctx, cfgPath)
 	if err != nil {
 		t.Fatalf("train: %v\n%s", err, out)
 	}

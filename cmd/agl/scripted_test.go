@@ -47,9 +47,9 @@ func newScriptedRun(t *testing.T, tmpl *chat.ChatML, replies []string) *scripted
 	return &scriptedRun{tmpl: tmpl, eng: eng, pol: &scriptPolicy{}}
 }
 
-// train runs the config at cfgPath (as `agl train CONFIG` does, with
-// resume as --resume) and returns what it printed.
-func (r *scriptedRun) train(ctx context.Context, cfgPath string, resume bool) (string, error) {
+// train runs the config at cfgPath as `agl train CONFIG` does and
+// returns what it printed.
+func (r *scriptedRun) train(ctx context.Context, cfgPath string) (string, error) {
 	c, err := app.Load(cfgPath)
 	if err != nil {
 		return "", err
@@ -58,7 +58,7 @@ func (r *scriptedRun) train(ctx context.Context, cfgPath string, resume bool) (s
 	models := &app.Models{Backend: proxy.NewTokenBackend(r.eng, r.tmpl, r.tmpl.Tokenizer(), 0), Format: r.tmpl,
 		Policies: []trainer.TrainedPolicy{{Name: "agl", Policy: r.pol}}}
 	err = app.Train(ctx, c, app.TrainOptions{Options: app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Models: models},
-		Resume: resume, Stdout: &out})
+		Stdout: &out})
 	return out.String(), err
 }
 

@@ -60,7 +60,7 @@ trainer: {tasks: tasks.jsonl, steps: 1, tasks_per_step: 2, group_size: 4, lr: 0.
 		}
 		replies = append(replies, r, strings.ToUpper(r)+"X")
 	}
-	if o, err := newScriptedRun(t, tmpl.(*chat.ChatML), replies).train(ctx, cfgPath, false); err != nil {
+	if o, err := newScriptedRun(t, tmpl.(*chat.ChatML), replies).train(ctx, cfgPath); err != nil {
 		t.Fatalf("train: %v\n%s", err, o)
 	}
 	// What the store holds: the train rollouts whose reward reached 0.5.
