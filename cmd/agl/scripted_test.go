@@ -85,12 +85,11 @@ func distinctReplies() []string {
 
 // scriptPolicy is the trained policy of a scripted run: each step records
 // the samples it was given and reports as its gradient norm the norm of
-// their weighted advantages (0 when nothing trains); Publish records the
-// version; SaveCheckpoint writes the steps taken to dir/script.json.
+// their weighted advantages (0 when nothing trains); SaveCheckpoint
+// writes the steps taken to dir/script.json.
 type scriptPolicy struct {
-	mu        sync.Mutex
-	steps     [][]samples.Sample
-	published []int64
+	mu    sync.Mutex
+	steps [][]samples.Sample
 }
 
 func (p *scriptPolicy) Step(_ context.Context, ss []samples.Sample) (trainer.StepStats, error) {
@@ -110,12 +109,8 @@ func (p *scriptPolicy) Step(_ context.Context, ss []samples.Sample) (trainer.Ste
 	return trainer.StepStats{Loss: 0.1, GradNorm: math.Sqrt(sq), ApproxKL: 0.01, Tokens: n}, nil
 }
 
-func (p *scriptPolicy) Publish(_ context.Context, version int64) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.published = append(p.published, version)
-	return nil
-}
+// Publish has nothing to swap: the scripted engine serves one version.
+func (p *scriptPolicy) Publish(context.Context, int64) error { return nil }
 
 func (p *scriptPolicy) SaveCheckpoint(dir string) error {
 	p.mu.Lock()
