@@ -135,6 +135,7 @@ func TestGoVerdict(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // each runs the go command in a folder of its own
 			ids := slices.Sorted(maps.Keys(c.want))
 			g, exit, stderr := runGoTests(t, c.files)
 			got := goStatuses(g.statuses, ids)

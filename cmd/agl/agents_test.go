@@ -60,23 +60,21 @@ func TestTrainRefusesUnknownNames(t *testing.T) {
 	}
 }
 
-// TestTrainMultiAgent runs `agl train` on a real three-agent Python
+// TestTrainMultiAgent runs agl train's stack (scriptedRun: a scripted
+// engine and policy in place of the model) on a real three-agent Python
 // harness (writer by path, checker by header, rewriter by model name) with
 // train_agents [writer, rewriter] and credit per_call: every call's event
 // names its agent, the step trains tokens of the writer and the rewriter
 // only, and the progress line reports the update (gradient norm, KL).
 func TestTrainMultiAgent(t *testing.T) {
 	if testing.Short() {
-		t.Skip("trains a model")
+		t.Skip("runs 12 rollouts of a Python harness")
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	cfgPath := trainDir(t, ctx, dir, "testdata/agents_harness.py", 6, func(harness string) string {
+	cfgPath := taskDir(t, dir, "testdata/agents_harness.py", 6, func(harness string) string {
 		return fmt.Sprintf(`data_dir: run
-engine:
-  model_dir: model
 proxy:
   agents: {rewriter-model: rewriter}
 controller:
@@ -94,11 +92,13 @@ trainer:
   rollout: {timeout_seconds: 60, max_attempts: 2}
 `, harness)
 	})
-	if err := run(ctx, []string{"train", cfgPath}, &out, &out); err != nil {
-		t.Fatalf("train: %v\n%s", err, out.String())
+	sr := newScriptedRun(t, nil, distinctReplies())
+	out, err := sr.train(ctx, cfgPath)
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, out)
 	}
-	t.Logf("train output:\n%s", out.String())
-	if !strings.Contains(out.String(), "step 1/1") || !strings.Contains(out.String(), "gnorm ") || !strings.Contains(out.String(), "kl ") {
+	t.Logf("train output:\n%s", out)
+	if !strings.Contains(out, "step 1/1") || !strings.Contains(out, "gnorm ") || !strings.Contains(out, "kl ") {
 		t.Errorf("progress line lacks the update's metrics")
 	}
 	// agl export: the writer's samples only, per-call credit, each row
@@ -172,5 +172,14 @@ trainer:
 	}
 	if step.TrainedTokens > 0 && step.GradNorm == 0 {
 		t.Errorf("an update with %d trained tokens reports gradient norm 0", step.TrainedTokens)
+	}
+	// The policy was given the writer's and the rewriter's samples only.
+	if len(sr.pol.steps) != 1 {
+		t.Fatalf("the policy took %d steps, want 1", len(sr.pol.steps))
+	}
+	for _, s := range sr.pol.steps[0] {
+		if s.Agent != "writer" && s.Agent != "rewriter" {
+			t.Errorf("the policy trained a sample of agent %q", s.Agent)
+		}
 	}
 }

@@ -130,7 +130,7 @@ func TestTrainDistill(t *testing.T) {
 
 	// Recompute step 1's reverse KL from the stored calls and the teacher's
 	// own forward pass.
-	want, n := stepReverseKL(t, ctx, run, 1, filepath.Join(dir, "model"))
+	want, n := stepReverseKL(t, ctx, run, 1, modelLogProbs(t, filepath.Join(dir, "model")))
 	t.Logf("step 1: %d trained tokens, reverse KL recomputed %.6f, reported %.6f", n, want, kls[0])
 	if math.Abs(want-kls[0]) > 1e-3*math.Max(1, math.Abs(want)) {
 		t.Errorf("step 1's distill_kl %.6f, want %.6f (recorded log-probs minus the teacher's forward pass)", kls[0], want)
@@ -138,9 +138,10 @@ func TestTrainDistill(t *testing.T) {
 }
 
 // stepReverseKL is the mean over the trained tokens of train step s of
-// the data dir run of the recorded log-prob minus the log-prob a forward
-// pass of the model in teacherDir gives, and their number.
-func stepReverseKL(t *testing.T, ctx context.Context, run string, s int, teacherDir string) (float64, int) {
+// the data dir run of the recorded log-prob minus the teacher's log-prob
+// of the token (teacher gives lp[i] = log p(ids[i] | ids[:i])), and their
+// number.
+func stepReverseKL(t *testing.T, ctx context.Context, run string, s int, teacher func(ids []int32) []float32) (float64, int) {
 	t.Helper()
 	st, err := app.OpenStore(ctx, config.Config{DataDir: run}, nil, nil)
 	if err != nil {
@@ -170,7 +171,25 @@ func stepReverseKL(t *testing.T, ctx context.Context, run string, s int, teacher
 	if err != nil || len(res.Samples) == 0 {
 		t.Fatalf("step %d's samples: %d, %v", s, len(res.Samples), err)
 	}
-	w, err := model.Load(teacherDir)
+	var sum float64
+	n := 0
+	for _, s := range res.Samples {
+		lp := teacher(s.IDs)
+		for i, mk := range s.LossMask {
+			if mk != 0 {
+				sum += float64(s.Logprobs[i]) - float64(lp[i])
+				n++
+			}
+		}
+	}
+	return sum / float64(n), n
+}
+
+// modelLogProbs is a teacher for stepReverseKL: a forward pass of the
+// model in dir.
+func modelLogProbs(t *testing.T, dir string) func(ids []int32) []float32 {
+	t.Helper()
+	w, err := model.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,28 +201,33 @@ func stepReverseKL(t *testing.T, ctx context.Context, run string, s int, teacher
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sum float64
-	n := 0
-	for _, s := range res.Samples {
-		lp, _, err := m.LogProbs(ctx, d, [][]int32{s.IDs})
+	return func(ids []int32) []float32 {
+		lp, _, err := m.LogProbs(context.Background(), d, [][]int32{ids})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, mk := range s.LossMask {
-			if mk != 0 {
-				sum += float64(s.Logprobs[i]) - float64(lp[0][i])
-				n++
-			}
-		}
+		return lp[0]
 	}
-	return sum / float64(n), n
+}
+
+// upstreamTeacher is the log-prob the upstream teacher of
+// TestTrainDistillUpstream gives token ids[i] after ids[:i]: a fixed
+// function of the token and its position, in (-3, -0.25].
+func upstreamTeacher(ids []int32) []float32 {
+	lp := make([]float32, len(ids))
+	for i := 1; i < len(ids); i++ {
+		lp[i] = -float32(1+(int(ids[i])*7+i)%11) / 4
+	}
+	return lp
 }
 
 // TestTrainDistillUpstream distils from an upstream teacher: a loopback
-// server answering /v1/completions in vLLM's prompt_logprobs shape with
-// the log-probs of a real model's forward pass (the tiny teacher of
-// TestTrainDistill). Step 1's distill_kl equals the one recomputed from
-// the stored calls and that model's own forward pass.
+// server answering /v1/completions in vLLM's prompt_logprobs shape (the
+// log-probs of upstreamTeacher). Step 1's distill_kl equals the one
+// recomputed from the stored calls and those log-probs, so the upstream's
+// answers are the teacher's log-probs the trainer used, each at its token.
+// The student is the random tiny model (that the reverse KL falls is
+// TestTrainDistill's).
 func TestTrainDistillUpstream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
@@ -212,8 +236,6 @@ func TestTrainDistillUpstream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
-	var tm *model.Model
-	var td *model.DeviceWeights
 	calls := 0
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
@@ -227,38 +249,26 @@ func TestTrainDistillUpstream(t *testing.T) {
 		}
 		mu.Lock()
 		calls++
-		lp, _, err := tm.LogProbs(r.Context(), td, [][]int32{req.Prompt})
 		mu.Unlock()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
+		lp := upstreamTeacher(req.Prompt)
 		var b strings.Builder
 		fmt.Fprintf(&b, `{"id":"cmpl-1","object":"text_completion","created":1,"model":"big","choices":[{"index":0,"text":"x","logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null,"prompt_logprobs":[null`)
 		for i, id := range req.Prompt[1:] {
-			fmt.Fprintf(&b, `,{"%d":{"logprob":%v,"rank":1,"decoded_token":"t"}}`, id, lp[0][i+1])
+			fmt.Fprintf(&b, `,{"%d":{"logprob":%v,"rank":1,"decoded_token":"t"}}`, id, lp[i+1])
 		}
 		fmt.Fprintf(&b, `],"prompt_token_ids":null}],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":1}}`, len(req.Prompt), len(req.Prompt)+1)
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(b.String()))
 	}))
 	defer up.Close()
-	cfgPath := distillDir(t, ctx, dir, func(harness string) string {
-		return strings.Replace(strings.Replace(distillConfig(harness, "{teacher: big, coef: 1}"),
+	cfgPath := letterTrainDir(t, ctx, dir, func(harness string) string {
+		return strings.NewReplacer(
+			"  student: {kind: trained, model_dir: student, agents: [\"\"]}\n",
+			"  student: {kind: trained, model_dir: model, agents: [\"\"]}\n",
 			"  teacher: {kind: frozen, model_dir: model, agents: [teacher]}\n",
-			fmt.Sprintf("  big: {kind: upstream, agents: [big], upstream: {models: [{name: big, endpoints: [%q], tokenizer_dir: model, max_context: 2048}]}}\n", up.URL+"/v1"), 1),
-			"steps: 6", "steps: 2", 1)
+			fmt.Sprintf("  big: {kind: upstream, agents: [big], upstream: {models: [{name: big, endpoints: [%q], tokenizer_dir: model, max_context: 2048}]}}\n", up.URL+"/v1"),
+			"steps: 6", "steps: 1").Replace(distillConfig(harness, "{teacher: big, coef: 1}"))
 	})
-	w, err := model.Load(filepath.Join(dir, "model"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tm, err = model.New(w.Config, ""); err != nil {
-		t.Fatal(err)
-	}
-	if td, err = tm.Upload(w); err != nil {
-		t.Fatal(err)
-	}
 	var out bytes.Buffer
 	if err := run(ctx, []string{"train", cfgPath}, &out, &out); err != nil {
 		t.Fatalf("train: %v\n%s", err, out.String())
@@ -271,8 +281,8 @@ func TestTrainDistillUpstream(t *testing.T) {
 	if err := json.Unmarshal(bytes.SplitN(b, []byte("\n"), 3)[1], &first); err != nil || first.Step != 1 || first.DistillKL == nil {
 		t.Fatalf("step 1's metrics %s: %v", bytes.SplitN(b, []byte("\n"), 3)[1], err)
 	}
-	want, n := stepReverseKL(t, ctx, filepath.Join(dir, "run"), 1, filepath.Join(dir, "model"))
-	t.Logf("step 1: %d trained tokens scored in %d upstream calls (both steps); reverse KL recomputed %.6f, reported %.6f", n, calls, want, *first.DistillKL)
+	want, n := stepReverseKL(t, ctx, filepath.Join(dir, "run"), 1, upstreamTeacher)
+	t.Logf("step 1: %d trained tokens scored in %d upstream calls; reverse KL recomputed %.6f, reported %.6f", n, calls, want, *first.DistillKL)
 	if math.Abs(want-*first.DistillKL) > 1e-3*math.Max(1, math.Abs(want)) {
 		t.Errorf("step 1's distill_kl %.6f, want %.6f", *first.DistillKL, want)
 	}

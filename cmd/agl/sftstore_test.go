@@ -15,17 +15,19 @@ import (
 	"time"
 
 	"github.com/aglrl/agl/app"
+	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/internal/testutil"
 	"github.com/aglrl/agl/store"
 )
 
-// TestSFTFromStore: `agl train` fills a real store through the gateway
-// (the letter harness, a real Python subprocess, on a tiny model); `agl
-// sft --from` then selects its rollouts by reward and mode, from the data
-// dir and from a running gateway's API alike (the same samples), trains
-// on them, and refuses an empty selection before any step, naming the
-// filter.
+// TestSFTFromStore: agl train's stack fills a real store through the
+// gateway (the letter harness, a real Python subprocess, on a scripted
+// engine rendering with a tiny model's template, half its replies
+// scoring 1 and half 0); `agl sft --from` then selects its rollouts by
+// reward and mode, from the data dir and from a running gateway's API
+// alike (the same samples), trains the tiny model on them, and refuses an
+// empty selection before any step, naming the filter.
 func TestSFTFromStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains a model")
@@ -35,7 +37,6 @@ func TestSFTFromStore(t *testing.T) {
 	defer cancel()
 	cfgPath := letterTrainDir(t, ctx, dir, func(harness string) string {
 		return fmt.Sprintf(`data_dir: run
-engine: {model_dir: model}
 proxy: {train: {temperature: 1.0}}
 controller: {command: [python3, %q], concurrency: 4}
 trainer: {tasks: tasks.jsonl, steps: 1, tasks_per_step: 2, group_size: 4, lr: 0.01, val_limit: 2, seed: 3}
@@ -43,8 +44,24 @@ trainer: {tasks: tasks.jsonl, steps: 1, tasks_per_step: 2, group_size: 4, lr: 0.
 	})
 	var out bytes.Buffer
 	runDir, modelDir := filepath.Join(dir, "run"), filepath.Join(dir, "model")
-	if err := run(ctx, []string{"train", "--data-dir", runDir, cfgPath}, &out, &out); err != nil {
-		t.Fatalf("train: %v\n%s", err, out.String())
+	tmpl, err := chat.LoadDir(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Distinct replies (sft --from leaves duplicate samples out): the
+	// train rollouts' (the 8 after the 2 of validation at step 0)
+	// alternately lower-case (reward 1) and capitals (reward 0), the
+	// validations' capitals.
+	var replies []string
+	for k := range 20 {
+		r := string([]rune{'g' + rune(k), 'z', 'y'})
+		if k < 1 || k > 4 {
+			r = strings.ToUpper(r)
+		}
+		replies = append(replies, r, strings.ToUpper(r)+"X")
+	}
+	if o, err := newScriptedRun(t, tmpl.(*chat.ChatML), replies).train(ctx, cfgPath); err != nil {
+		t.Fatalf("train: %v\n%s", err, o)
 	}
 	// What the store holds: the train rollouts whose reward reached 0.5.
 	st, err := app.OpenStore(ctx, config.Config{DataDir: runDir}, newLogger(), nil)

@@ -206,7 +206,7 @@ func TestTrainTinkerResumeAfterKill(t *testing.T) {
 	defer up.Close()
 	svc := tinkertest.New("tml-stand-in", 0, 11)
 	defer svc.Close()
-	const steps = 6
+	const steps = 3
 	cfgPath := tinkerTrainDir(t, ctx, dir, svc, up.URL, self, steps)
 	cmd := exec.Command(bin, "train", cfgPath)
 	var out bytes.Buffer

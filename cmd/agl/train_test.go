@@ -42,6 +42,14 @@ func trainDir(t *testing.T, ctx context.Context, dir, harnessPath string, n int,
 	if err := run(ctx, []string{"model", "init", "--preset", "tiny", "--out", filepath.Join(dir, "model")}, &out, &out); err != nil {
 		t.Fatalf("model init: %v\n%s", err, out.String())
 	}
+	return taskDir(t, dir, harnessPath, n, config)
+}
+
+// taskDir is trainDir without the model: n letter tasks in
+// dir/tasks.jsonl and dir/agl.yaml made by config from the absolute path
+// of the harness under testdata. It returns the config's path.
+func taskDir(t *testing.T, dir, harnessPath string, n int, config func(harness string) string) string {
+	t.Helper()
 	var tasks strings.Builder
 	for i := 0; i < n; i++ {
 		fmt.Fprintf(&tasks, `{"letter":"%c"}`+"\n", 'a'+i)
