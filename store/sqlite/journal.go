@@ -64,6 +64,7 @@ type journal struct {
 	held     int64               // bytes of the pending entries' JSON (jentry.json)
 	calls    map[[2]string]int64 // attempt → end of its last journaled model_request not known applied
 	advanced chan struct{}       // closed and replaced when applied or err changes
+	hold     chan struct{}       // holdApply when the journal opened (tests)
 	err      error               // the last apply's error while entries are pending
 	broken   error               // the file can no longer be written: record through AppendEvents
 	closed   bool
@@ -167,7 +168,7 @@ func openJournal(ctx context.Context, s *Store, path string, rec *Recovery) (*jo
 			rec.Events += len(e.evs)
 		}
 	}
-	j := &journal{s: s, path: path, calls: map[[2]string]int64{}, advanced: make(chan struct{}), wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
+	j := &journal{s: s, path: path, calls: map[[2]string]int64{}, advanced: make(chan struct{}), hold: holdApply, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), running: map[[2]string]string{}}
 	if err := j.reset(ctx, max(plan.gen, dbGen)+1, false); err != nil {
 		return nil, err
@@ -653,8 +654,9 @@ func (j *journal) callPending(rid, aid string) bool {
 	return ok && j.applied < end
 }
 
-// holdApply, when set (by tests, before Open), holds the applier until it
-// is closed: journaled events then wait in the journal only.
+// holdApply, when set (by tests, before Open), holds the applier of the
+// stores opened from then on until it is closed: journaled events then
+// wait in the journal only. Each journal reads it once, when it opens.
 var holdApply chan struct{}
 
 // checkRunning fails unless the attempt is running; the caller holds
@@ -778,9 +780,9 @@ func (j *journal) applyLoop() {
 			if n == 0 {
 				break
 			}
-			if holdApply != nil {
+			if j.hold != nil {
 				select {
-				case <-holdApply:
+				case <-j.hold:
 				case <-j.stop:
 					return
 				}
