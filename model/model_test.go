@@ -129,3 +129,49 @@ func TestTargetLogProbsValuesAndGradient(t *testing.T) {
 		}
 	}
 }
+
+// TestHandWrittenGradients checks softmax and silu, whose gradients are
+// written out (see withGradient), against GoMLX's differentiation of the
+// plain formulas, values and gradients, including masked (−1e30) scores.
+func TestHandWrittenGradients(t *testing.T) {
+	const rows, cols = 5, 9
+	rng := rand.New(rand.NewPCG(7, 1))
+	x := make([]float32, rows*cols)
+	u := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * 4)
+		u[i] = float32(rng.NormFloat64())
+	}
+	x[3], x[cols+8], x[4*cols] = -1e30, -1e30, -1e30 // masked scores
+	for _, c := range []struct {
+		name      string
+		got, want func(x *Node) *Node
+	}{
+		{"softmax", softmax, func(x *Node) *Node {
+			e := Exp(Sub(x, ReduceAndKeep(x, ReduceMax, -1)))
+			return Div(e, ReduceAndKeep(e, ReduceSum, -1))
+		}},
+		{"silu", silu, func(x *Node) *Node { return Mul(x, Logistic(x)) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := func(f func(x *Node) *Node) (y, grad []float32) {
+				exec := MustNewExec(mustBackend(t), func(x, u *Node) []*Node {
+					y := f(x)
+					return []*Node{y, Gradient(ReduceAllSum(Mul(y, u)), x)[0]}
+				})
+				outs := exec.MustCall(tensors.FromFlatDataAndDimensions(x, rows, cols), tensors.FromFlatDataAndDimensions(u, rows, cols))
+				return tensors.MustCopyFlatData[float32](outs[0]), tensors.MustCopyFlatData[float32](outs[1])
+			}
+			y, g := run(c.got)
+			wy, wg := run(c.want)
+			for i := range y {
+				if d := math.Abs(float64(y[i] - wy[i])); d > 1e-5*(1+math.Abs(float64(wy[i]))) {
+					t.Errorf("value %d: %v, want %v", i, y[i], wy[i])
+				}
+				if d := math.Abs(float64(g[i] - wg[i])); d > 1e-5*(1+math.Abs(float64(wg[i]))) {
+					t.Errorf("gradient %d: %v, want %v", i, g[i], wg[i])
+				}
+			}
+		})
+	}
+}
