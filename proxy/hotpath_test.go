@@ -15,7 +15,9 @@ var hotBody = []byte(`{"model":"Qwen/Qwen3-8B","messages":[{"role":"system","con
 
 // BenchmarkHotPath times the gateway's own per-call work, without HTTP or
 // the store: decode a Chat Completions request, encode the answer and the
-// model_request event.
+// model_request event, and the event's stored form (store/codec.go:
+// what the stored-bytes bounds measure and the store reuses) against the
+// agent's previous call, as for every call of an attempt but its first.
 func BenchmarkHotPath(b *testing.B) {
 	p := New(Config{}, nil, nil)
 	res := &Result{Message: chat.Message{Role: "assistant", Content: "Hello there, this is a reply of moderate length."},
@@ -38,6 +40,29 @@ func BenchmarkHotPath(b *testing.B) {
 				b.Fatal(err)
 			}
 			_ = c.eventData(resp, nil)
+		}
+	})
+	b.Run("stored", func(b *testing.B) {
+		c := &call{shape: shapeChat, body: hotBody, mode: store.ModeTrain, id: "chatcmpl-x", res: res}
+		decodeChat(p, c)
+		resp, err := encodeChat(p, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lay := new(store.CallLayout)
+		ev := store.NewEvent{Type: store.EventModelRequest, Data: c.eventData(resp, lay), DataValid: true, Layout: lay}
+		bases := store.NewBases(1 << 20)
+		prev := bases.Batch()
+		prev.Stored("r", "a", prev.Encode("r", "a", ev), 1)
+		prev.Commit()
+		var enc store.Encoding
+		for b.Loop() {
+			enc = bases.Batch().Encode("r", "a", ev)
+		}
+		b.ReportMetric(float64(len(ev.Data)), "event-bytes")
+		b.ReportMetric(float64(len(enc.Data)), "stored-bytes")
+		if !store.Encoded(enc.Data) || store.BaseSeq(enc.Data) != 1 {
+			b.Fatalf("stored form %q not encoded against the previous call", enc.Data)
 		}
 	})
 }
