@@ -62,7 +62,7 @@ func BenchmarkHotPath(b *testing.B) {
 		b.ReportMetric(float64(len(ev.Data)), "event-bytes")
 		b.ReportMetric(float64(len(enc.Data)), "stored-bytes")
 		if !store.Encoded(enc.Data) || store.BaseSeq(enc.Data) != 1 {
-			b.Fatalf("stored form %q not encoded against the previous call", enc.Data)
+			b.Fatalf("stored form (encoded: %v, base %d) not encoded against the previous call (1)", store.Encoded(enc.Data), store.BaseSeq(enc.Data))
 		}
 	})
 }
