@@ -53,7 +53,7 @@ func like(v, x *Node) *Node {
 // linear applies y = x·W (+ b) over x's last axis, with W in the device
 // layout [in, out] (see deviceLayout).
 func linear(x, w, b *Node) *Node {
-	y := DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{0}, nil)
+	y := matmul(x, w, false)
 	if b != nil {
 		y = Add(y, like(b, y))
 	}
@@ -161,7 +161,7 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 // logits projects hidden states to the vocabulary.
 func (n *net) logits(h *Node) *Node {
 	if n.cfg.TieWordEmbeddings { // the embeddings stay [V, D]
-		return DotGeneral(h, []int{h.Rank() - 1}, nil, n.w("lm_head.weight"), []int{1}, nil)
+		return matmul(h, n.w("lm_head.weight"), true)
 	}
 	return linear(h, n.w("lm_head.weight"), nil)
 }
@@ -259,4 +259,72 @@ func silu(x *Node) *Node {
 func withGradient(x, y *Node, vjp func(v *Node) *Node) *Node {
 	xi := IdentityWithCustomGradient(x, func(_, v *Node) *Node { return vjp(v) })
 	return Add(StopGradient(y), Sub(xi, StopGradient(xi)))
+}
+
+// matmul returns x·W over x's last axis for W [K, M], or x·Wᵀ for W [M, K]
+// when wT, with its gradient written out. GoMLX differentiates DotGeneral
+// into DotGenerals followed by transposes back to the operands' axis order
+// (identity permutations included), and the Go backend copies every
+// transpose element by element and transposes again inside DotGeneral when
+// an operand's contracting axis is not where its kernels want it (last for
+// the left operand). Here
+//
+//	dx = v·Wᵀ (v·W for wT): the left operand v contracts its last axis,
+//	     W either its first or its last; no transpose;
+//	dW = xᵀ·v or (vᵀ·x)ᵀ, over the N = prod(x.dims[:-1]) rows: one explicit
+//	     transpose of x [N, K] or of v [N, M] (whichever, with the [K, M]
+//	     transpose the orientation may need, moves fewer elements).
+//
+// y's own VJP runs first (it is downstream of both operands) and hands v
+// to the operands' VJPs; GoMLX's DotGeneral VJP, built but unused, is
+// dropped by the backend's dead-code elimination.
+func matmul(x, w *Node, wT bool) *Node {
+	k := x.Shape().Dim(-1)
+	mAxis, kAxis := 1, 0 // W's axes
+	if wT {
+		mAxis, kAxis = 0, 1
+	}
+	m := w.Shape().Dim(mAxis)
+	var v *Node // ∂loss/∂y, set by y's VJP
+	grad := func() *Node {
+		if v == nil {
+			panic("model: matmul operand differentiated before its product")
+		}
+		return v
+	}
+	xi := IdentityWithCustomGradient(x, func(_, _ *Node) *Node {
+		v := grad()
+		return DotGeneral(v, []int{v.Rank() - 1}, nil, w, []int{mAxis}, nil)
+	})
+	wi := IdentityWithCustomGradient(w, func(_, _ *Node) *Node {
+		v := grad()
+		n := x.Shape().Size() / k
+		x2, v2 := Reshape(x, n, k), Reshape(v, n, m)
+		// [K, M] from xᵀ·v costs an N×K transpose; [M, K] from vᵀ·x an N×M
+		// one; the orientation W lacks costs a further K×M transpose.
+		costKM, costMK := n*k, n*m
+		if wT {
+			costKM += k * m
+		} else {
+			costMK += k * m
+		}
+		var g *Node
+		if costKM <= costMK {
+			g = DotGeneral(Transpose(x2, 0, 1), []int{1}, nil, v2, []int{0}, nil) // [K, M]
+			if wT {
+				g = Transpose(g, 0, 1)
+			}
+		} else {
+			g = DotGeneral(Transpose(v2, 0, 1), []int{1}, nil, x2, []int{0}, nil) // [M, K]
+			if !wT {
+				g = Transpose(g, 0, 1)
+			}
+		}
+		return g
+	})
+	y := DotGeneral(xi, []int{x.Rank() - 1}, nil, wi, []int{kAxis}, nil)
+	return IdentityWithCustomGradient(y, func(_, g *Node) *Node {
+		v = g
+		return g
+	})
 }

@@ -130,9 +130,10 @@ func TestTargetLogProbsValuesAndGradient(t *testing.T) {
 	}
 }
 
-// TestHandWrittenGradients checks softmax and silu, whose gradients are
-// written out (see withGradient), against GoMLX's differentiation of the
-// plain formulas, values and gradients, including masked (−1e30) scores.
+// TestHandWrittenGradients checks softmax, silu and matmul, whose
+// gradients are written out (see withGradient and matmul), against GoMLX's
+// differentiation of the plain formulas, values and gradients, including
+// masked (−1e30) scores.
 func TestHandWrittenGradients(t *testing.T) {
 	const rows, cols = 5, 9
 	rng := rand.New(rand.NewPCG(7, 1))
@@ -170,6 +171,53 @@ func TestHandWrittenGradients(t *testing.T) {
 				}
 				if d := math.Abs(float64(g[i] - wg[i])); d > 1e-5*(1+math.Abs(float64(wg[i]))) {
 					t.Errorf("gradient %d: %v, want %v", i, g[i], wg[i])
+				}
+			}
+		})
+	}
+	// matmul: x [2, 3, K] against W [K, M] and W [M, K] (wT), with dW
+	// computed from xᵀ·v ("KM") and from vᵀ·x ("MK") in each orientation
+	// (see matmul's transpose costs at N = 6).
+	for _, c := range []struct {
+		name string
+		k, m int
+		wT   bool
+	}{{"W/KM", 4, 7, false}, {"W/MK", 9, 2, false}, {"WT/KM", 2, 9, true}, {"WT/MK", 7, 4, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			wDims, cAxis := []int{c.k, c.m}, 0
+			if c.wT {
+				wDims, cAxis = []int{c.m, c.k}, 1
+			}
+			xs, ws, us := make([]float32, 6*c.k), make([]float32, c.k*c.m), make([]float32, 6*c.m)
+			for _, a := range [][]float32{xs, ws, us} {
+				for i := range a {
+					a[i] = float32(rng.NormFloat64())
+				}
+			}
+			run := func(f func(x, w *Node) *Node) [][]float32 {
+				exec := MustNewExec(mustBackend(t), func(x, w, u *Node) []*Node {
+					y := f(x, w)
+					loss := ReduceAllSum(Mul(Mul(y, y), u)) // v = 2·y·u depends on y
+					return append([]*Node{y}, Gradient(loss, x, w)...)
+				})
+				outs := exec.MustCall(tensors.FromFlatDataAndDimensions(xs, 2, 3, c.k),
+					tensors.FromFlatDataAndDimensions(ws, wDims...), tensors.FromFlatDataAndDimensions(us, 2, 3, c.m))
+				var r [][]float32
+				for _, o := range outs {
+					r = append(r, tensors.MustCopyFlatData[float32](o))
+				}
+				return r
+			}
+			got := run(func(x, w *Node) *Node { return matmul(x, w, c.wT) })
+			want := run(func(x, w *Node) *Node { return DotGeneral(x, []int{2}, nil, w, []int{cAxis}, nil) })
+			for j, name := range []string{"value", "dx", "dW"} {
+				if len(got[j]) != len(want[j]) {
+					t.Fatalf("%s: %d values, want %d", name, len(got[j]), len(want[j]))
+				}
+				for i := range want[j] {
+					if d := math.Abs(float64(got[j][i] - want[j][i])); d > 1e-5*(1+math.Abs(float64(want[j][i]))) {
+						t.Errorf("%s %d: %v, want %v", name, i, got[j][i], want[j][i])
+					}
 				}
 			}
 		})
