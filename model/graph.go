@@ -14,6 +14,17 @@ import (
 type net struct {
 	cfg Config
 	p   map[string]*Node
+	// grad is set on graphs that are differentiated (training): their
+	// matrix products carry written-out gradients (see matmul), whose
+	// identity nodes would only cost copies in inference graphs.
+	grad bool
+}
+
+// newTrainNet is newNet for graphs that take gradients of the weights.
+func newTrainNet(cfg Config, params []*Node) *net {
+	n := newNet(cfg, params)
+	n.grad = true
+	return n
 }
 
 func newNet(cfg Config, params []*Node) *net {
@@ -52,8 +63,8 @@ func like(v, x *Node) *Node {
 
 // linear applies y = x·W (+ b) over x's last axis, with W in the device
 // layout [in, out] (see deviceLayout).
-func linear(x, w, b *Node) *Node {
-	y := matmul(x, w, false)
+func (n *net) linear(x, w, b *Node) *Node {
+	y := n.matmul(x, w, false)
 	if b != nil {
 		y = Add(y, like(b, y))
 	}
@@ -134,9 +145,9 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 		if c.OBias() {
 			ob = n.w(pre + "self_attn.o_proj.bias")
 		}
-		q := Reshape(linear(h, n.w(pre+"self_attn.q_proj.weight"), qb), b, l, c.NumAttentionHeads, hd)
-		k := Reshape(linear(h, n.w(pre+"self_attn.k_proj.weight"), kb), b, l, c.NumKeyValueHeads, hd)
-		v := Reshape(linear(h, n.w(pre+"self_attn.v_proj.weight"), vb), b, l, c.NumKeyValueHeads, hd)
+		q := Reshape(n.linear(h, n.w(pre+"self_attn.q_proj.weight"), qb), b, l, c.NumAttentionHeads, hd)
+		k := Reshape(n.linear(h, n.w(pre+"self_attn.k_proj.weight"), kb), b, l, c.NumKeyValueHeads, hd)
+		v := Reshape(n.linear(h, n.w(pre+"self_attn.v_proj.weight"), vb), b, l, c.NumKeyValueHeads, hd)
 		if c.QKNorm() {
 			q = rmsNorm(q, n.w(pre+"self_attn.q_norm.weight"), eps)
 			k = rmsNorm(k, n.w(pre+"self_attn.k_norm.weight"), eps)
@@ -145,15 +156,15 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 		k = rope(k, positions, invFreq, ropeScale)
 		keys, values, mask := kv(i, k, v)
 		a := attention(q, keys, values, mask, c.NumKeyValueHeads)
-		x = Add(x, linear(a, n.w(pre+"self_attn.o_proj.weight"), ob))
+		x = Add(x, n.linear(a, n.w(pre+"self_attn.o_proj.weight"), ob))
 		h = rmsNorm(x, n.w(pre+"post_attention_layernorm.weight"), eps)
 		var gb, ub, db *Node
 		if c.MLPBiased() {
 			gb, ub, db = n.w(pre+"mlp.gate_proj.bias"), n.w(pre+"mlp.up_proj.bias"), n.w(pre+"mlp.down_proj.bias")
 		}
-		gate := linear(h, n.w(pre+"mlp.gate_proj.weight"), gb)
-		up := linear(h, n.w(pre+"mlp.up_proj.weight"), ub)
-		x = Add(x, linear(Mul(silu(gate), up), n.w(pre+"mlp.down_proj.weight"), db))
+		gate := n.linear(h, n.w(pre+"mlp.gate_proj.weight"), gb)
+		up := n.linear(h, n.w(pre+"mlp.up_proj.weight"), ub)
+		x = Add(x, n.linear(Mul(silu(gate), up), n.w(pre+"mlp.down_proj.weight"), db))
 	}
 	return rmsNorm(x, n.w("model.norm.weight"), eps)
 }
@@ -161,9 +172,9 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 // logits projects hidden states to the vocabulary.
 func (n *net) logits(h *Node) *Node {
 	if n.cfg.TieWordEmbeddings { // the embeddings stay [V, D]
-		return matmul(h, n.w("lm_head.weight"), true)
+		return n.matmul(h, n.w("lm_head.weight"), true)
 	}
-	return linear(h, n.w("lm_head.weight"), nil)
+	return n.linear(h, n.w("lm_head.weight"), nil)
 }
 
 // causalKV is the kvFunc of a full-sequence (no cache) forward pass.
@@ -262,9 +273,22 @@ func withGradient(x, y *Node, vjp func(v *Node) *Node) *Node {
 }
 
 // matmul returns x·W over x's last axis for W [K, M], or x·Wᵀ for W [M, K]
-// when wT, with its gradient written out. GoMLX differentiates DotGeneral
-// into DotGenerals followed by transposes back to the operands' axis order
-// (identity permutations included), and the Go backend copies every
+// when wT; on differentiated graphs (n.grad) with its gradient written out
+// (matmulWithGradient).
+func (n *net) matmul(x, w *Node, wT bool) *Node {
+	if n.grad {
+		return matmulWithGradient(x, w, wT)
+	}
+	kAxis := 0
+	if wT {
+		kAxis = 1
+	}
+	return DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{kAxis}, nil)
+}
+
+// matmulWithGradient is matmul with its gradient written out. GoMLX
+// differentiates DotGeneral into DotGenerals followed by transposes back to
+// the operands' axis order (identity permutations included), and the Go backend copies every
 // transpose element by element and transposes again inside DotGeneral when
 // an operand's contracting axis is not where its kernels want it (last for
 // the left operand). Here
@@ -278,7 +302,7 @@ func withGradient(x, y *Node, vjp func(v *Node) *Node) *Node {
 // y's own VJP runs first (it is downstream of both operands) and hands v
 // to the operands' VJPs; GoMLX's DotGeneral VJP, built but unused, is
 // dropped by the backend's dead-code elimination.
-func matmul(x, w *Node, wT bool) *Node {
+func matmulWithGradient(x, w *Node, wT bool) *Node {
 	k := x.Shape().Dim(-1)
 	mAxis, kAxis := 1, 0 // W's axes
 	if wT {
@@ -288,7 +312,7 @@ func matmul(x, w *Node, wT bool) *Node {
 	var v *Node // ∂loss/∂y, set by y's VJP
 	grad := func() *Node {
 		if v == nil {
-			panic("model: matmul operand differentiated before its product")
+			panic("model: matmulWithGradient operand differentiated before its product")
 		}
 		return v
 	}

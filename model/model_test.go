@@ -131,7 +131,7 @@ func TestTargetLogProbsValuesAndGradient(t *testing.T) {
 }
 
 // TestHandWrittenGradients checks softmax, silu and matmul, whose
-// gradients are written out (see withGradient and matmul), against GoMLX's
+// gradients are written out (see withGradient and matmulWithGradient), against GoMLX's
 // differentiation of the plain formulas, values and gradients, including
 // masked (−1e30) scores.
 func TestHandWrittenGradients(t *testing.T) {
@@ -208,7 +208,7 @@ func TestHandWrittenGradients(t *testing.T) {
 				}
 				return r
 			}
-			got := run(func(x, w *Node) *Node { return matmul(x, w, c.wT) })
+			got := run(func(x, w *Node) *Node { return matmulWithGradient(x, w, c.wT) })
 			want := run(func(x, w *Node) *Node { return DotGeneral(x, []int{2}, nil, w, []int{cAxis}, nil) })
 			for j, name := range []string{"value", "dx", "dW"} {
 				if len(got[j]) != len(want[j]) {
