@@ -102,18 +102,28 @@ func rope(x, positions *Node, invFreq []float64, attention float64) *Node {
 // attention computes grouped-query attention of q [B, L, H, hd] over keys
 // and values [B, KV, S, hd]; mask [B, L, S] says which keys each query
 // sees. It returns [B, L, H*hd].
-func attention(q, k, v, mask *Node, kvHeads int) *Node {
+func (n *net) attention(q, k, v, mask *Node, kvHeads int) *Node {
 	b, l, h, hd := q.Shape().Dim(0), q.Shape().Dim(1), q.Shape().Dim(2), q.Shape().Dim(3)
 	s := k.Shape().Dim(2)
 	grp := h / kvHeads
 	q = Reshape(q, b, l, kvHeads, grp, hd)
 	q = TransposeAllAxes(q, 0, 2, 3, 1, 4) // [B, KV, G, L, hd]
 	q = Reshape(MulScalar(q, 1/math.Sqrt(float64(hd))), b, kvHeads, grp*l, hd)
-	scores := Einsum("bkmd,bksd->bkms", q, k) // [B, KV, G*L, S]
+	var scores *Node // [B, KV, G*L, S]
+	if n.grad {
+		scores = Reshape(batchMatmulWithGradient(Reshape(q, b*kvHeads, grp*l, hd), Reshape(k, b*kvHeads, s, hd), true), b, kvHeads, grp*l, s)
+	} else {
+		scores = Einsum("bkmd,bksd->bkms", q, k)
+	}
 	m := Reshape(BroadcastToDims(Reshape(mask, b, 1, 1, l, s), b, kvHeads, grp, l, s), b, kvHeads, grp*l, s)
 	scores = Where(m, scores, BroadcastToDims(Const(q.Graph(), float32(-1e30)), b, kvHeads, grp*l, s))
 	probs := softmax(scores)
-	out := Einsum("bkms,bksd->bkmd", probs, v) // [B, KV, G*L, hd]
+	var out *Node // [B, KV, G*L, hd]
+	if n.grad {
+		out = batchMatmulWithGradient(Reshape(probs, b*kvHeads, grp*l, s), Reshape(v, b*kvHeads, s, hd), false)
+	} else {
+		out = Einsum("bkms,bksd->bkmd", probs, v)
+	}
 	out = TransposeAllAxes(Reshape(out, b, kvHeads, grp, l, hd), 0, 3, 1, 2, 4)
 	return Reshape(out, b, l, h*hd)
 }
@@ -155,7 +165,7 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 		q = rope(q, positions, invFreq, ropeScale)
 		k = rope(k, positions, invFreq, ropeScale)
 		keys, values, mask := kv(i, k, v)
-		a := attention(q, keys, values, mask, c.NumKeyValueHeads)
+		a := n.attention(q, keys, values, mask, c.NumKeyValueHeads)
 		x = Add(x, n.linear(a, n.w(pre+"self_attn.o_proj.weight"), ob))
 		h = rmsNorm(x, n.w(pre+"post_attention_layernorm.weight"), eps)
 		var gb, ub, db *Node
@@ -288,10 +298,10 @@ func (n *net) matmul(x, w *Node, wT bool) *Node {
 
 // matmulWithGradient is matmul with its gradient written out. GoMLX
 // differentiates DotGeneral into DotGenerals followed by transposes back to
-// the operands' axis order (identity permutations included), and the Go backend copies every
-// transpose element by element and transposes again inside DotGeneral when
-// an operand's contracting axis is not where its kernels want it (last for
-// the left operand). Here
+// the operands' axis order (identity permutations included), and the Go
+// backend copies every transpose element by element and transposes again
+// inside DotGeneral when an operand's contracting axis is not where its
+// kernels want it (last for the left operand). Here
 //
 //	dx = v·Wᵀ (v·W for wT): the left operand v contracts its last axis,
 //	     W either its first or its last; no transpose;
@@ -304,28 +314,52 @@ func (n *net) matmul(x, w *Node, wT bool) *Node {
 // dropped by the backend's dead-code elimination.
 func matmulWithGradient(x, w *Node, wT bool) *Node {
 	k := x.Shape().Dim(-1)
-	mAxis, kAxis := 1, 0 // W's axes
+	return productWithGradient(x, w, wT, false, x.Shape().Size()/k, k)
+}
+
+// batchMatmulWithGradient is matmulWithGradient over a leading batch axis:
+// x [B, N, K] times w [B, K, M] (or w [B, M, K] when wT) is [B, N, M].
+func batchMatmulWithGradient(x, w *Node, wT bool) *Node {
+	return productWithGradient(x, w, wT, true, x.Shape().Dim(1), x.Shape().Dim(2))
+}
+
+// productWithGradient implements matmulWithGradient (batched: x and w have
+// a leading batch axis) for x's n rows of k.
+func productWithGradient(x, w *Node, wT, batched bool, n, k int) *Node {
+	var batch []int // the batch axis of every product
+	b := 0
+	if batched {
+		batch, b = []int{0}, 1
+	}
+	mAxis, kAxis := b+1, b // w's axes
 	if wT {
-		mAxis, kAxis = 0, 1
+		mAxis, kAxis = b, b+1
 	}
 	m := w.Shape().Dim(mAxis)
+	// rows views a [.., N, C] operand as [N, C] (unbatched; batched ones
+	// already are [B, N, C]); tr transposes the last two axes.
+	rows := func(a *Node, c int) *Node {
+		if batched {
+			return a
+		}
+		return Reshape(a, n, c)
+	}
+	tr := func(a *Node) *Node { return Transpose(a, b, b+1) }
 	var v *Node // ∂loss/∂y, set by y's VJP
 	grad := func() *Node {
 		if v == nil {
-			panic("model: matmulWithGradient operand differentiated before its product")
+			panic("model: matrix product operand differentiated before the product")
 		}
 		return v
 	}
 	xi := IdentityWithCustomGradient(x, func(_, _ *Node) *Node {
 		v := grad()
-		return DotGeneral(v, []int{v.Rank() - 1}, nil, w, []int{mAxis}, nil)
+		return DotGeneral(v, []int{v.Rank() - 1}, batch, w, []int{mAxis}, batch)
 	})
 	wi := IdentityWithCustomGradient(w, func(_, _ *Node) *Node {
-		v := grad()
-		n := x.Shape().Size() / k
-		x2, v2 := Reshape(x, n, k), Reshape(v, n, m)
+		x2, v2 := rows(x, k), rows(grad(), m)
 		// [K, M] from xᵀ·v costs an N×K transpose; [M, K] from vᵀ·x an N×M
-		// one; the orientation W lacks costs a further K×M transpose.
+		// one; the orientation w lacks costs a further K×M transpose.
 		costKM, costMK := n*k, n*m
 		if wT {
 			costKM += k * m
@@ -334,19 +368,19 @@ func matmulWithGradient(x, w *Node, wT bool) *Node {
 		}
 		var g *Node
 		if costKM <= costMK {
-			g = DotGeneral(Transpose(x2, 0, 1), []int{1}, nil, v2, []int{0}, nil) // [K, M]
+			g = DotGeneral(tr(x2), []int{b + 1}, batch, v2, []int{b}, batch) // [K, M]
 			if wT {
-				g = Transpose(g, 0, 1)
+				g = tr(g)
 			}
 		} else {
-			g = DotGeneral(Transpose(v2, 0, 1), []int{1}, nil, x2, []int{0}, nil) // [M, K]
+			g = DotGeneral(tr(v2), []int{b + 1}, batch, x2, []int{b}, batch) // [M, K]
 			if !wT {
-				g = Transpose(g, 0, 1)
+				g = tr(g)
 			}
 		}
 		return g
 	})
-	y := DotGeneral(xi, []int{x.Rank() - 1}, nil, wi, []int{kAxis}, nil)
+	y := DotGeneral(xi, []int{x.Rank() - 1}, batch, wi, []int{kAxis}, batch)
 	return IdentityWithCustomGradient(y, func(_, g *Node) *Node {
 		v = g
 		return g
