@@ -14,6 +14,17 @@ import (
 type net struct {
 	cfg Config
 	p   map[string]*Node
+	// grad is set on graphs that are differentiated (training): their
+	// matrix products carry written-out gradients (see matmul), whose
+	// identity nodes would only cost copies in inference graphs.
+	grad bool
+}
+
+// newTrainNet is newNet for graphs that take gradients of the weights.
+func newTrainNet(cfg Config, params []*Node) *net {
+	n := newNet(cfg, params)
+	n.grad = true
+	return n
 }
 
 func newNet(cfg Config, params []*Node) *net {
@@ -52,8 +63,8 @@ func like(v, x *Node) *Node {
 
 // linear applies y = x·W (+ b) over x's last axis, with W in the device
 // layout [in, out] (see deviceLayout).
-func linear(x, w, b *Node) *Node {
-	y := DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{0}, nil)
+func (n *net) linear(x, w, b *Node) *Node {
+	y := n.matmul(x, w, false)
 	if b != nil {
 		y = Add(y, like(b, y))
 	}
@@ -91,18 +102,28 @@ func rope(x, positions *Node, invFreq []float64, attention float64) *Node {
 // attention computes grouped-query attention of q [B, L, H, hd] over keys
 // and values [B, KV, S, hd]; mask [B, L, S] says which keys each query
 // sees. It returns [B, L, H*hd].
-func attention(q, k, v, mask *Node, kvHeads int) *Node {
+func (n *net) attention(q, k, v, mask *Node, kvHeads int) *Node {
 	b, l, h, hd := q.Shape().Dim(0), q.Shape().Dim(1), q.Shape().Dim(2), q.Shape().Dim(3)
 	s := k.Shape().Dim(2)
 	grp := h / kvHeads
 	q = Reshape(q, b, l, kvHeads, grp, hd)
 	q = TransposeAllAxes(q, 0, 2, 3, 1, 4) // [B, KV, G, L, hd]
 	q = Reshape(MulScalar(q, 1/math.Sqrt(float64(hd))), b, kvHeads, grp*l, hd)
-	scores := Einsum("bkmd,bksd->bkms", q, k) // [B, KV, G*L, S]
+	var scores *Node // [B, KV, G*L, S]
+	if n.grad {
+		scores = Reshape(batchMatmulWithGradient(Reshape(q, b*kvHeads, grp*l, hd), Reshape(k, b*kvHeads, s, hd), true), b, kvHeads, grp*l, s)
+	} else {
+		scores = Einsum("bkmd,bksd->bkms", q, k)
+	}
 	m := Reshape(BroadcastToDims(Reshape(mask, b, 1, 1, l, s), b, kvHeads, grp, l, s), b, kvHeads, grp*l, s)
 	scores = Where(m, scores, BroadcastToDims(Const(q.Graph(), float32(-1e30)), b, kvHeads, grp*l, s))
 	probs := softmax(scores)
-	out := Einsum("bkms,bksd->bkmd", probs, v) // [B, KV, G*L, hd]
+	var out *Node // [B, KV, G*L, hd]
+	if n.grad {
+		out = batchMatmulWithGradient(Reshape(probs, b*kvHeads, grp*l, s), Reshape(v, b*kvHeads, s, hd), false)
+	} else {
+		out = Einsum("bkms,bksd->bkmd", probs, v)
+	}
 	out = TransposeAllAxes(Reshape(out, b, kvHeads, grp, l, hd), 0, 3, 1, 2, 4)
 	return Reshape(out, b, l, h*hd)
 }
@@ -134,9 +155,9 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 		if c.OBias() {
 			ob = n.w(pre + "self_attn.o_proj.bias")
 		}
-		q := Reshape(linear(h, n.w(pre+"self_attn.q_proj.weight"), qb), b, l, c.NumAttentionHeads, hd)
-		k := Reshape(linear(h, n.w(pre+"self_attn.k_proj.weight"), kb), b, l, c.NumKeyValueHeads, hd)
-		v := Reshape(linear(h, n.w(pre+"self_attn.v_proj.weight"), vb), b, l, c.NumKeyValueHeads, hd)
+		q := Reshape(n.linear(h, n.w(pre+"self_attn.q_proj.weight"), qb), b, l, c.NumAttentionHeads, hd)
+		k := Reshape(n.linear(h, n.w(pre+"self_attn.k_proj.weight"), kb), b, l, c.NumKeyValueHeads, hd)
+		v := Reshape(n.linear(h, n.w(pre+"self_attn.v_proj.weight"), vb), b, l, c.NumKeyValueHeads, hd)
 		if c.QKNorm() {
 			q = rmsNorm(q, n.w(pre+"self_attn.q_norm.weight"), eps)
 			k = rmsNorm(k, n.w(pre+"self_attn.k_norm.weight"), eps)
@@ -144,16 +165,16 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 		q = rope(q, positions, invFreq, ropeScale)
 		k = rope(k, positions, invFreq, ropeScale)
 		keys, values, mask := kv(i, k, v)
-		a := attention(q, keys, values, mask, c.NumKeyValueHeads)
-		x = Add(x, linear(a, n.w(pre+"self_attn.o_proj.weight"), ob))
+		a := n.attention(q, keys, values, mask, c.NumKeyValueHeads)
+		x = Add(x, n.linear(a, n.w(pre+"self_attn.o_proj.weight"), ob))
 		h = rmsNorm(x, n.w(pre+"post_attention_layernorm.weight"), eps)
 		var gb, ub, db *Node
 		if c.MLPBiased() {
 			gb, ub, db = n.w(pre+"mlp.gate_proj.bias"), n.w(pre+"mlp.up_proj.bias"), n.w(pre+"mlp.down_proj.bias")
 		}
-		gate := linear(h, n.w(pre+"mlp.gate_proj.weight"), gb)
-		up := linear(h, n.w(pre+"mlp.up_proj.weight"), ub)
-		x = Add(x, linear(Mul(silu(gate), up), n.w(pre+"mlp.down_proj.weight"), db))
+		gate := n.linear(h, n.w(pre+"mlp.gate_proj.weight"), gb)
+		up := n.linear(h, n.w(pre+"mlp.up_proj.weight"), ub)
+		x = Add(x, n.linear(Mul(silu(gate), up), n.w(pre+"mlp.down_proj.weight"), db))
 	}
 	return rmsNorm(x, n.w("model.norm.weight"), eps)
 }
@@ -161,9 +182,9 @@ func (n *net) decoder(ids, positions *Node, kv kvFunc) *Node {
 // logits projects hidden states to the vocabulary.
 func (n *net) logits(h *Node) *Node {
 	if n.cfg.TieWordEmbeddings { // the embeddings stay [V, D]
-		return DotGeneral(h, []int{h.Rank() - 1}, nil, n.w("lm_head.weight"), []int{1}, nil)
+		return n.matmul(h, n.w("lm_head.weight"), true)
 	}
-	return linear(h, n.w("lm_head.weight"), nil)
+	return n.linear(h, n.w("lm_head.weight"), nil)
 }
 
 // causalKV is the kvFunc of a full-sequence (no cache) forward pass.
@@ -259,4 +280,109 @@ func silu(x *Node) *Node {
 func withGradient(x, y *Node, vjp func(v *Node) *Node) *Node {
 	xi := IdentityWithCustomGradient(x, func(_, v *Node) *Node { return vjp(v) })
 	return Add(StopGradient(y), Sub(xi, StopGradient(xi)))
+}
+
+// matmul returns x·W over x's last axis for W [K, M], or x·Wᵀ for W [M, K]
+// when wT; on differentiated graphs (n.grad) with its gradient written out
+// (matmulWithGradient).
+func (n *net) matmul(x, w *Node, wT bool) *Node {
+	if n.grad {
+		return matmulWithGradient(x, w, wT)
+	}
+	kAxis := 0
+	if wT {
+		kAxis = 1
+	}
+	return DotGeneral(x, []int{x.Rank() - 1}, nil, w, []int{kAxis}, nil)
+}
+
+// matmulWithGradient is matmul with its gradient written out. GoMLX
+// differentiates DotGeneral into DotGenerals followed by transposes back to
+// the operands' axis order (identity permutations included), and the Go
+// backend copies every transpose element by element and transposes again
+// inside DotGeneral when an operand's contracting axis is not where its
+// kernels want it (last for the left operand). Here
+//
+//	dx = v·Wᵀ (v·W for wT): the left operand v contracts its last axis,
+//	     W either its first or its last; no transpose;
+//	dW = xᵀ·v or (vᵀ·x)ᵀ, over the N = prod(x.dims[:-1]) rows: one explicit
+//	     transpose of x [N, K] or of v [N, M] (whichever, with the [K, M]
+//	     transpose the orientation may need, moves fewer elements).
+//
+// y's own VJP runs first (it is downstream of both operands) and hands v
+// to the operands' VJPs; GoMLX's DotGeneral VJP, built but unused, is
+// dropped by the backend's dead-code elimination.
+func matmulWithGradient(x, w *Node, wT bool) *Node {
+	k := x.Shape().Dim(-1)
+	return productWithGradient(x, w, wT, false, x.Shape().Size()/k, k)
+}
+
+// batchMatmulWithGradient is matmulWithGradient over a leading batch axis:
+// x [B, N, K] times w [B, K, M] (or w [B, M, K] when wT) is [B, N, M].
+func batchMatmulWithGradient(x, w *Node, wT bool) *Node {
+	return productWithGradient(x, w, wT, true, x.Shape().Dim(1), x.Shape().Dim(2))
+}
+
+// productWithGradient implements matmulWithGradient (batched: x and w have
+// a leading batch axis) for x's n rows of k.
+func productWithGradient(x, w *Node, wT, batched bool, n, k int) *Node {
+	var batch []int // the batch axis of every product
+	b := 0
+	if batched {
+		batch, b = []int{0}, 1
+	}
+	mAxis, kAxis := b+1, b // w's axes
+	if wT {
+		mAxis, kAxis = b, b+1
+	}
+	m := w.Shape().Dim(mAxis)
+	// rows views a [.., N, C] operand as [N, C] (unbatched; batched ones
+	// already are [B, N, C]); tr transposes the last two axes.
+	rows := func(a *Node, c int) *Node {
+		if batched {
+			return a
+		}
+		return Reshape(a, n, c)
+	}
+	tr := func(a *Node) *Node { return Transpose(a, b, b+1) }
+	var v *Node // ∂loss/∂y, set by y's VJP
+	grad := func() *Node {
+		if v == nil {
+			panic("model: matrix product operand differentiated before the product")
+		}
+		return v
+	}
+	xi := IdentityWithCustomGradient(x, func(_, _ *Node) *Node {
+		v := grad()
+		return DotGeneral(v, []int{v.Rank() - 1}, batch, w, []int{mAxis}, batch)
+	})
+	wi := IdentityWithCustomGradient(w, func(_, _ *Node) *Node {
+		x2, v2 := rows(x, k), rows(grad(), m)
+		// [K, M] from xᵀ·v costs an N×K transpose; [M, K] from vᵀ·x an N×M
+		// one; the orientation w lacks costs a further K×M transpose.
+		costKM, costMK := n*k, n*m
+		if wT {
+			costKM += k * m
+		} else {
+			costMK += k * m
+		}
+		var g *Node
+		if costKM <= costMK {
+			g = DotGeneral(tr(x2), []int{b + 1}, batch, v2, []int{b}, batch) // [K, M]
+			if wT {
+				g = tr(g)
+			}
+		} else {
+			g = DotGeneral(tr(v2), []int{b + 1}, batch, x2, []int{b}, batch) // [M, K]
+			if !wT {
+				g = tr(g)
+			}
+		}
+		return g
+	})
+	y := DotGeneral(xi, []int{x.Rank() - 1}, batch, wi, []int{kAxis}, batch)
+	return IdentityWithCustomGradient(y, func(_, g *Node) *Node {
+		v = g
+		return g
+	})
 }

@@ -130,9 +130,10 @@ func TestTargetLogProbsValuesAndGradient(t *testing.T) {
 	}
 }
 
-// TestHandWrittenGradients checks softmax and silu, whose gradients are
-// written out (see withGradient), against GoMLX's differentiation of the
-// plain formulas, values and gradients, including masked (−1e30) scores.
+// TestHandWrittenGradients checks softmax, silu and matmul, whose
+// gradients are written out (see withGradient and productWithGradient), against GoMLX's
+// differentiation of the plain formulas, values and gradients, including
+// masked (−1e30) scores.
 func TestHandWrittenGradients(t *testing.T) {
 	const rows, cols = 5, 9
 	rng := rand.New(rand.NewPCG(7, 1))
@@ -173,5 +174,69 @@ func TestHandWrittenGradients(t *testing.T) {
 				}
 			}
 		})
+	}
+	// matmulWithGradient: x [2, 3, K] against W [K, M] and W [M, K] (wT);
+	// batchMatmulWithGradient: x [2, 3, K] against W [2, K, M] and
+	// [2, M, K]. dW is computed from xᵀ·v ("KM") and from vᵀ·x ("MK") in
+	// each orientation (see productWithGradient's transpose costs at N = 6
+	// and N = 3).
+	for _, batched := range []bool{false, true} {
+		for _, c := range []struct {
+			name string
+			k, m int
+			wT   bool
+		}{{"W/KM", 4, 7, false}, {"W/MK", 9, 2, false}, {"WT/KM", 2, 9, true}, {"WT/MK", 7, 4, true}} {
+			name := "matmul/" + c.name
+			if batched {
+				name = "batch" + name
+			}
+			t.Run(name, func(t *testing.T) {
+				wDims, cAxis := []int{c.k, c.m}, 0
+				if c.wT {
+					wDims, cAxis = []int{c.m, c.k}, 1
+				}
+				var batch []int
+				if batched {
+					wDims, cAxis, batch = append([]int{2}, wDims...), cAxis+1, []int{0}
+				}
+				xs, ws, us := make([]float32, 6*c.k), make([]float32, prod(wDims)), make([]float32, 6*c.m)
+				for _, a := range [][]float32{xs, ws, us} {
+					for i := range a {
+						a[i] = float32(rng.NormFloat64())
+					}
+				}
+				run := func(f func(x, w *Node) *Node) [][]float32 {
+					exec := MustNewExec(mustBackend(t), func(x, w, u *Node) []*Node {
+						y := f(x, w)
+						loss := ReduceAllSum(Mul(Mul(y, y), u)) // v = 2·y·u depends on y
+						return append([]*Node{y}, Gradient(loss, x, w)...)
+					})
+					outs := exec.MustCall(tensors.FromFlatDataAndDimensions(xs, 2, 3, c.k),
+						tensors.FromFlatDataAndDimensions(ws, wDims...), tensors.FromFlatDataAndDimensions(us, 2, 3, c.m))
+					var r [][]float32
+					for _, o := range outs {
+						r = append(r, tensors.MustCopyFlatData[float32](o))
+					}
+					return r
+				}
+				got := run(func(x, w *Node) *Node {
+					if batched {
+						return batchMatmulWithGradient(x, w, c.wT)
+					}
+					return matmulWithGradient(x, w, c.wT)
+				})
+				want := run(func(x, w *Node) *Node { return DotGeneral(x, []int{2}, batch, w, []int{cAxis}, batch) })
+				for j, name := range []string{"value", "dx", "dW"} {
+					if len(got[j]) != len(want[j]) {
+						t.Fatalf("%s: %d values, want %d", name, len(got[j]), len(want[j]))
+					}
+					for i := range want[j] {
+						if d := math.Abs(float64(got[j][i] - want[j][i])); d > 1e-5*(1+math.Abs(float64(want[j][i]))) {
+							t.Errorf("%s %d: %v, want %v", name, i, got[j][i], want[j][i])
+						}
+					}
+				}
+			})
+		}
 	}
 }

@@ -115,7 +115,7 @@ func (t *Trainer) compile() error {
 			sc := ins[3*n : 3*n+numOptScalars]
 			rest := ins[3*n+numOptScalars:]
 			ids := rest[0]
-			logp, ent := newNet(cfg, params).tokenLogProbs(ids)
+			logp, ent := newTrainNet(cfg, params).tokenLogProbs(ids)
 			loss, stats := lossFn(g, logp, ent, rest[1:])
 			grads := Gradient(loss, params...)
 			newP, newM, newV, gnorm := adamW(params, mom, vel, grads, sc)
@@ -136,7 +136,7 @@ func (t *Trainer) compile() error {
 	buildAcc := func(lossFn func(g *Graph, logp, ent *Node, extra []*Node) (*Node, []*Node)) func(g *Graph, ins []*Node) []*Node {
 		return func(g *Graph, ins []*Node) []*Node {
 			params, acc, rest := ins[:n], ins[n:2*n], ins[2*n:]
-			logp, ent := newNet(cfg, params).tokenLogProbs(rest[0])
+			logp, ent := newTrainNet(cfg, params).tokenLogProbs(rest[0])
 			loss, stats := lossFn(g, logp, ent, rest[1:])
 			grads := Gradient(loss, params...)
 			outs := make([]*Node, 0, n+1+len(stats))
@@ -192,17 +192,19 @@ func adamW(params, mom, vel, grads []*Node, sc []*Node) (newP, newM, newV []*Nod
 		Min(one, Div(clip, AddScalar(gnorm, 1e-6))), one)
 	bc1 := Sub(one, Pow(b1, step))
 	bc2 := Sub(one, Pow(b2, step))
+	// The scalars stay rank 0 on the right of each operation: the Go
+	// backend multiplies by a scalar right operand directly, where a
+	// broadcast operand would first be written out at the weight's size.
+	omb1, omb2 := Sub(one, b1), Sub(one, b2)
 	for i, p := range params {
-		dims := p.Shape().Dimensions
-		bc := func(s *Node) *Node { return BroadcastToDims(s, dims...) }
-		gr := Mul(grads[i], bc(scale))
-		m := Add(Mul(bc(b1), mom[i]), Mul(bc(Sub(one, b1)), gr))
-		v := Add(Mul(bc(b2), vel[i]), Mul(bc(Sub(one, b2)), Square(gr)))
-		upd := Div(Div(m, bc(bc1)), Add(Sqrt(Div(v, bc(bc2))), bc(eps)))
+		gr := Mul(grads[i], scale)
+		m := Add(Mul(mom[i], b1), Mul(gr, omb1))
+		v := Add(Mul(vel[i], b2), Mul(Square(gr), omb2))
+		upd := Div(Div(m, bc1), Add(Sqrt(Div(v, bc2)), eps))
 		if p.Rank() >= 2 {
-			upd = Add(upd, Mul(bc(wd), p))
+			upd = Add(upd, Mul(p, wd))
 		}
-		newP = append(newP, Sub(p, Mul(bc(lr), upd)))
+		newP = append(newP, Sub(p, Mul(upd, lr)))
 		newM = append(newM, m)
 		newV = append(newV, v)
 	}
