@@ -37,7 +37,7 @@ func TestCLIConfigs(t *testing.T) {
 	ml := testutil.ChatML(t, "qwen3")
 	dir := generate(t)
 	tk, dm := demoTask(t, dir)
-	fix := bashBlock(t, dm.Messages[6].Content)
+	fix := bashBlock(t, dm.Messages[2].Content)
 	if !strings.Contains(fix, "sed -i") {
 		t.Fatalf("the demonstration's fix is %q, want a sed command", fix)
 	}

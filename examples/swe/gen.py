@@ -1,235 +1,126 @@
-"""SWE-smith-style repository tasks over the small library in lib/.
+"""Repository tasks over the small library in lib/: one misspelt name per task.
 
-One mutation per task, of one line of one module: an operator swapped
-(+ for -, < for <=, and for or, ...), an off-by-one (range(n) -> range(n + 1),
-len(x) -> len(x) - 1), a wrong integer constant (k -> k + 1), two arguments
-of a call swapped, or a dropped condition (the right operand of an and/or
-removed, a `not` removed). The module's tests run on every mutant:
-FAIL_TO_PASS = the tests it breaks, PASS_TO_PASS = the module's other tests;
-a mutant no test catches (or that breaks the test file's import) is dropped.
-Train and validation tasks come from disjoint modules. Seeded and
-deterministic: the same seed gives byte-identical files.
+Each task's module has one identifier misspelt in one line of a function
+body (a character dropped, doubled, or two neighbours swapped): a variable,
+parameter, function or method name. The module's hidden tests catch it
+(FAIL_TO_PASS = the tests it breaks, PASS_TO_PASS = the module's other
+tests). The problem statement is the first failing test's name and the
+innermost frame of the traceback its call prints, as a user would paste it:
+
+    test_swap_pairs fails:
+      File "/workspace/cipher.py", line 31, in swap_pairs
+        return outt
+    NameError: name 'outt' is not defined. Did you mean: 'out'?
+
+Only typos whose traceback names the mutated line and suggests the original
+name are kept (Python >= 3.10 suggests names; the traceback is printed by
+the interpreter's own hook, as a failing `python3 -c` prints it), so every
+task is solvable from its statement by reading it exactly -- the file, the
+line number, the misspelt name and the meant one -- and by nothing else: a
+bug located by its traceback. Train and validation tasks come from disjoint
+modules. Seeded and deterministic: the same seed gives byte-identical files.
 
 Writes, under OUT (default work/):
   repos/ID/        the task's repository snapshot (the whole library, one line mutated)
   train.jsonl      repository tasks (agl's task format: id, repo, problem_statement,
   val.jsonl        test_command, test_format, fail_to_pass, pass_to_pass, hidden_files, max_turns)
-  sft.jsonl        demonstrations for `agl sft`, one per caught mutant of the train
-                   modules that is no task (and, with --variants K, of K renamed copies
-                   of each train module: made-up module, function and variable names):
-                   reproduce, look at the function, fix the line with sed, reproduce
-                   again, submit -- the observations are the real outputs of those
-                   commands, shown the way harness.py shows them
-  mutations.jsonl  what each task's mutation was, and its solution: the demonstration
-                   of its fix, in no sft.jsonl (never given to the harness)
+  sft.jsonl        demonstrations for `agl sft`: the fix with sed, then submit, for the train
+                   modules' typos on lines no train task mutates and, with --variants K, for
+                   typos of K renamed copies of each train module (made-up module, function
+                   and variable names, so that names are copied from the statement, not recalled)
+  mutations.jsonl  each task's mutation, the call that shows it, and its solution (the
+                   demonstration of its fix, in no sft.jsonl, never given to the harness)
   heldout.jsonl    the val tasks' solutions as conversations, for `agl sft --eval`:
                    how many of their replies the warm start writes exactly
 
-No demonstration shows a task's mutation (nor a val module's code), so the
-train tasks ask for fixes the warm start was not shown, like the val tasks.
+No demonstration shows a val module's code.
 
-usage: python3 gen.py [OUT] [--seed N] [--val-modules K] [--per-module M] [--train-per-module M] [--max-turns T] [--modules a,b] [--candidates C] [--variants K] [--variant-demos M]
+usage: python3 gen.py [OUT] [--seed N] [--val-modules K] [--per-module M] [--train-per-module M]
+                      [--module-demos M] [--max-turns T] [--modules a,b] [--variants K] [--variant-demos M]
 """
-import argparse, ast, concurrent.futures, functools, io, json, os, random, re, shutil, subprocess, sys, tempfile, tokenize
+import argparse, ast, concurrent.futures, io, json, keyword, os, random, re, shutil, signal, subprocess, sys, tempfile, tokenize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402  (the observation format the demonstrations must match)
 
 LIB = os.path.join(HERE, "lib")
-OPS = {"+": "-", "-": "+", "*": "//", "//": "*", "%": "//", "<": "<=", "<=": "<", ">": ">=", ">=": ">",
-       "==": "!=", "!=": "=="}
-BOOL = {"and": "or", "or": "and"}
 RESULT = re.compile(r"^(test_\w+) \(([\w.]+)\) \.\.\. (ok|FAIL|ERROR|skipped.*)$", re.M)
+TYPO_ERROR = re.compile(r"^(?:NameError: name '(\w+)' is not defined|AttributeError: .* has no attribute '(\w+)')"
+                        r"\. Did you mean: '(\w+)'\?$")
+FRAME = re.compile(r'^  File "/workspace/(\w+)\.py", line (\d+), in \w+$', re.M)
 
 
 def modules():
     return sorted(f[:-3] for f in os.listdir(LIB) if f.endswith(".py") and not f.startswith("test_"))
 
 
-def tokens(line):
-    try:
-        return [t for t in tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline)
-                if t.type in (tokenize.OP, tokenize.NAME, tokenize.NUMBER, tokenize.STRING)]
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return []
+def typos(word, rng, k):
+    """k one-character misspellings of word (a seeded sample): a character
+    dropped, doubled, or two different neighbours swapped; never the first."""
+    edits = [word[:i] + word[i + 1:] for i in range(1, len(word))]
+    edits += [word[:i] + word[i] + word[i:] for i in range(1, len(word))]
+    edits += [word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(1, len(word) - 1) if word[i] != word[i + 1]]
+    edits = sorted(set(e for e in edits if e != word and e.isidentifier() and not keyword.iskeyword(e)))
+    return rng.sample(edits, min(k, len(edits)))
 
 
-def closing(toks, i):
-    """Index of the token closing the bracket at toks[i]."""
-    depth = 0
-    for j in range(i, len(toks)):
-        if toks[j].string in "([{":
-            depth += 1
-        elif toks[j].string in ")]}":
-            depth -= 1
-            if depth == 0:
-                return j
-    return None
-
-
-def mutants(line):
-    """Every (kind, mutated line) of one source line."""
-    indent = line[:len(line) - len(line.lstrip())]
-    body = line.strip()
-    if not body or body.startswith(("def ", '"""', "#", "import ", "from ")):
-        return []
-    toks = tokens(line)
-    out = []
-
-    def at(c0, c1, text):  # replace body[c0:c1]
-        out_line = indent + body[:c0] + text + body[c1:]
-        return out_line
-
-    for i, t in enumerate(toks):
-        c0, c1 = t.start[1], t.end[1]
-        prev = toks[i - 1].string if i > 0 else None
-        if t.type == tokenize.OP and t.string in OPS:
-            unary = t.string in "+-*" and (prev is None or (toks[i - 1].type == tokenize.OP and prev not in ")]}"))
-            if not unary:
-                out.append(("operator", at(c0, c1, OPS[t.string])))
-        if t.type == tokenize.NAME and t.string in BOOL:
-            out.append(("operator", at(c0, c1, BOOL[t.string])))
-        if t.type == tokenize.NUMBER and t.string.isdigit():
-            out.append(("wrong_constant", at(c0, c1, str(int(t.string) + 1))))
-        if t.type == tokenize.NAME and i + 1 < len(toks) and toks[i + 1].string == "(":
-            j = closing(toks, i + 1)
-            if j is None:
-                continue
-            if t.string == "range":
-                e = toks[j].start[1]
-                out.append(("off_by_one", at(e, e, " + 1")))
-            if t.string == "len":
-                e = toks[j].end[1]
-                out.append(("off_by_one", at(e, e, " - 1")))
-            # two simple arguments: swap them
-            depth, commas = 0, []
-            for k in range(i + 2, j):
-                s = toks[k].string
-                depth += s in "([{"
-                depth -= s in ")]}"
-                if s == "," and depth == 0:
-                    commas.append(k)
-            if len(commas) == 1 and t.string not in ("range", "print"):
-                a = body[toks[i + 2].start[1]:toks[commas[0]].start[1]].strip()
-                b = body[toks[commas[0]].end[1]:toks[j].start[1]].strip()
-                if a and b and a != b:
-                    out.append(("swapped_args", at(toks[i + 2].start[1], toks[j].start[1], b + ", " + a)))
-        if t.type == tokenize.NAME and t.string == "not" and i + 1 < len(toks) and toks[i + 1].string != "in":
-            out.append(("dropped_condition", at(c0, toks[i + 1].start[1], "")))
-    if body.startswith(("if ", "elif ", "while ", "return ")) and body.endswith((":",)) or body.startswith("return "):
-        depth = 0
-        for i, t in enumerate(toks):
-            depth += t.string in "([{"
-            depth -= t.string in ")]}"
-            if depth == 0 and t.string in BOOL:
-                end = len(body) - 1 if body.endswith(":") else len(body)
-                out.append(("dropped_condition", at(t.start[1] - 1, end, "")))
-                break
-    seen, uniq = set(), []
-    for kind, m in out:
-        if m != line and m not in seen:
-            seen.add(m)
-            uniq.append((kind, m))
-    return uniq
+def mutants(src, rng, per_name=1):
+    """(line index, kind, mutated line, name, typo) for every name of three or
+    more characters read in a function body: per_name misspellings each."""
+    lines = src.split("\n")
+    out, prev = [], None
+    names = {t.string for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.NAME} | RESERVED
+    for t in tokenize.generate_tokens(io.StringIO(src).readline):
+        row = t.start[0] - 1
+        body = lines[row].startswith((" ", "\t")) and not lines[row].lstrip().startswith(("def ", "#", '"""'))
+        if t.type == tokenize.NAME and body and len(t.string) >= 3 and not keyword.iskeyword(t.string):
+            for w in (w for w in typos(t.string, rng, per_name) if w not in names):
+                line = lines[row]
+                out.append((row, "attribute" if prev == "." else "name", line[:t.start[1]] + w + line[t.end[1]:], t.string, w))
+        if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            prev = t.string
+    return out
 
 
 def run_tests(workdir, module, timeout=10):
-    """{test id: ok|FAIL|ERROR} of `python3 -m unittest -v test_MODULE` in workdir, and the log."""
+    """{test id: ok|FAIL|ERROR} of `python3 -m unittest -v test_MODULE` in workdir."""
     try:
         p = subprocess.run([sys.executable, "-S", "-m", "unittest", "-v", "test_" + module], cwd=workdir,
                            capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return None, ""
-    return {m.group(2): m.group(3) for m in RESULT.finditer(p.stderr)}, p.stderr
-
-
-def failure_message(log, test_id):
-    """The last line of the failure report of test_id (e.g. 'AssertionError: 12 != 4')."""
-    name = test_id.rsplit(".", 1)[1]
-    m = re.search(r"^(?:FAIL|ERROR): %s \(%s\)\n-+\n(.*?)(?=\n\n|\n=+\n|\n-+\n|\Z)" % (name, re.escape(test_id)), log, re.S | re.M)
-    if not m:
-        return ""
-    lines = [l for l in m.group(1).splitlines() if l.strip()]
-    return lines[-1].strip() if lines else ""
-
-
-def assertions(lib, module, test_name):
-    """The first argument of each self.assertEqual in test_name, as source."""
-    src = open(os.path.join(lib, "test_%s.py" % module)).read()
-    for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.FunctionDef) and node.name == test_name:
-            return [ast.get_source_segment(src, c.value.args[0]) for c in node.body
-                    if isinstance(c, ast.Expr) and isinstance(c.value, ast.Call) and c.value.func.attr == "assertEqual"]
-    return []
-
-
-def sh(workdir, cmd):
-    """Status and output of cmd run in workdir, as if workdir were the
-    sandbox's /workspace (tracebacks name files by absolute path)."""
-    p = subprocess.run(["bash", "-c", cmd], cwd=workdir, capture_output=True, timeout=20)
-    return p.returncode, (p.stdout + p.stderr).decode("utf-8", "replace").replace(os.path.realpath(workdir), "/workspace")
-
-
-@functools.lru_cache(maxsize=None)
-def sh_cached(workdir, cmd):
-    """sh on a directory nothing changes (the unmutated library)."""
-    return sh(workdir, cmd)
-
-
-def sed_escape(s, replacement=False):
-    if "|" in s or "'" in s or "\n" in s:
         return None
-    special = "\\&" if replacement else "\\.*[]^$"
-    return "".join("\\" + c if c in special else c for c in s)
+    return {m.group(2): m.group(3) for m in RESULT.finditer(p.stderr)}
 
 
-def fragment(orig, mut):
-    """(old, new): the smallest span of mut, widened to whole words and until
-    unique in the line, that differs from orig, and what it was."""
-    p = 0
-    while p < min(len(orig), len(mut)) and orig[p] == mut[p]:
-        p += 1
-    s = 0
-    while s < min(len(orig), len(mut)) - p and orig[-1 - s] == mut[-1 - s]:
-        s += 1
-    a, b = p, len(mut) - s  # mut[a:b] replaces orig[a:len(orig)-s]
-    word = lambda c: c.isalnum() or c == "_"
-    while a > 0 and word(mut[a - 1]):
-        a -= 1
-    while b < len(mut) and word(mut[b]):
-        b += 1
-    while True:
-        old = mut[a:b]
-        if old.strip() and mut.count(old) == 1 and not old.startswith(" ") and not old.endswith(" "):
-            break
-        if a == 0 and b == len(mut):
-            break
-        a, b = max(0, a - 1), min(len(mut), b + 1)
-    tail = len(mut) - b
-    return mut[a:b], orig[a:len(orig) - tail]
+def calls(lib, module):
+    """(test name, the first argument of a self.assertEqual) of every
+    assertion in lib/test_MODULE.py, in order: the calls a reproduction runs."""
+    src = open(os.path.join(lib, "test_%s.py" % module)).read()
+    out = []
+    for node in ast.parse(src).body:
+        for fn in ast.walk(node):
+            if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_"):
+                out += [(fn.name, ast.get_source_segment(src, c.value.args[0])) for c in fn.body
+                        if isinstance(c, ast.Expr) and isinstance(c.value, ast.Call)
+                        and getattr(c.value.func, "attr", "") == "assertEqual"]
+    return [(n, e) for n, e in out if "'" not in e]
 
 
-def enclosing_function(lines, idx):
-    for i in range(idx, -1, -1):
-        m = re.match(r"def (\w+)\(", lines[i])
-        if m:
-            return m.group(1)
-    return None
-
-
-SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+# Names for the renamed copies: words.txt, the 3287 lowercase identifiers
+# of 3 to 10 letters used at least 3 times in CPython 3.11's standard library
+# (Lib/, tests, idlelib and lib2to3 left out), none a keyword, builtin,
+# standard module or name lib/ uses. Each is given to few copies, so a copy
+# reads like real code, as the held-out modules do, and a name must be
+# copied from the statement: it cannot be recalled.
+WORDS = open(os.path.join(HERE, "words.txt")).read().split()
 RESERVED = set(__import__("keyword").kwlist) | set(dir(__import__("builtins"))) | set(sys.stdlib_module_names)
 
 
-def made_up(rng, length, taken):
-    """A pronounceable made-up identifier of about `length` characters, not in taken."""
+def made_up(rng, taken):
+    """A name of WORDS not in taken (then taken)."""
     while True:
-        if length <= 1:
-            w = rng.choice("abcdefghjkmnpqrstuvwxyz")
-        else:
-            w = "".join(rng.choice(SYLLABLES) for _ in range(max(1, min(4, (length + 1) // 2))))
-            w = w[:max(2, length + rng.choice((-1, 0, 1)))]
+        w = rng.choice(WORDS)
         if w not in taken and w not in RESERVED:
             taken.add(w)
             return w
@@ -267,7 +158,7 @@ def rename(src, mapping):
 
 def variant(mod, rng, taken_modules, dest):
     """Writes under dest a copy of lib/MOD.py and its tests with the module,
-    its functions, parameters and variables renamed to made-up identifiers
+    its functions, parameters and variables renamed to other identifiers
     (the same code under other names: demonstrations on it teach copying names
     from what the agent reads, not recalling them). Returns the new module's name."""
     src = open(os.path.join(LIB, mod + ".py")).read()
@@ -275,10 +166,11 @@ def variant(mod, rng, taken_modules, dest):
     taken = {t.string for t in tokenize.generate_tokens(io.StringIO(src + "\n" + test).readline) if t.type == tokenize.NAME}
     mapping = {}
     for name in renamed_names(src):
-        parts = [made_up(rng, len(p), taken) for p in name.split("_")]
+        parts = [made_up(rng, taken) for p in name.split("_")]
         new = "_".join(parts)
         mapping[name] = new.upper() if name.isupper() else new
-    new_mod = made_up(rng, 7, taken_modules)
+    new_mod = made_up(rng, taken_modules | taken)
+    taken_modules.add(new_mod)
     tmap = dict(mapping)
     tmap[mod] = new_mod
     for node in ast.walk(ast.parse(test)):
@@ -294,22 +186,120 @@ def variant(mod, rng, taken_modules, dest):
     return new_mod
 
 
+def probe_main():
+    """`python3 -S gen.py --probe` (stdin: {"lib", "mod", "work", "cands": [[line index, mutated line, typo]], "calls"}):
+    for each candidate, [the index of the first call (the mutated function's
+    own first) that raises the typo's NameError or AttributeError from the
+    mutated line, or -1; the traceback Python prints for it]. One process for
+    all of a module's candidates: each mutant is written to WORK/MOD.py and run
+    in a fresh namespace, and its exception printed by the interpreter's own
+    hook (`sys.__excepthook__`, which adds "Did you mean" as a failing
+    `python3 -c` would; the traceback module of Python 3.11 does not)."""
+    job = json.load(sys.stdin)
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("the call loops")))
+    lines = open(os.path.join(job["lib"], job["mod"] + ".py")).read().split("\n")
+    path = os.path.join(job["work"], job["mod"] + ".py")
+    sys.path.insert(0, job["work"])
+    sys.path.insert(1, job["lib"])
+    hits = []
+    for idx, new, wrong in job["cands"]:
+        func = next(re.match(r"def (\w+)", l).group(1) for l in reversed(lines[:idx]) if l.startswith("def "))
+        order = sorted(range(len(job["calls"])), key=lambda i: func + "(" not in job["calls"][i])
+        src = "\n".join(lines[:idx] + [new] + lines[idx + 1:])
+        with open(path, "w") as f:
+            f.write(src)
+        ns = {"__name__": job["mod"]}
+        hit = [-1, ""]
+        try:
+            exec(compile(src, path, "exec"), ns)
+        except Exception:
+            order = []
+        for i in order:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)  # a mutant that loops is no task
+            try:
+                eval(job["calls"][i], ns)
+            except (NameError, AttributeError) as e:
+                tb = e.__traceback__
+                while tb.tb_next:
+                    tb = tb.tb_next
+                if e.name == wrong and tb.tb_frame.f_code.co_filename == path and tb.tb_lineno == idx + 1:
+                    buf, err = io.StringIO(), sys.stderr
+                    sys.stderr = buf
+                    try:
+                        sys.__excepthook__(type(e), e, e.__traceback__)
+                    finally:
+                        sys.stderr = err
+                    hit = [i, buf.getvalue().replace(os.path.realpath(job["work"]), "/workspace").replace(job["work"], "/workspace")]
+                    break
+            except Exception:
+                pass
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        hits.append(hit)
+    json.dump(hits, sys.stdout)
+
+
+def check(lib, mod, cands, want):
+    """The first `want` of cands (mutants of lib/MOD.py, tried in order) whose
+    traceback names the mutated line and suggests the original name, and
+    whose sed fix touches only the typo: [(mutant, test name, traceback, the call)]."""
+    lines = open(os.path.join(lib, mod + ".py")).read().split("\n")
+    cands = [m for m in cands if m[2].replace(m[4], m[3], 1) == lines[m[0]]]  # sed fixes the typo, not another occurrence
+    tests = calls(lib, mod)
+    work = tempfile.mkdtemp(prefix="swe-gen-")
+    try:
+        p = subprocess.run([sys.executable, "-S", os.path.abspath(__file__), "--probe"], capture_output=True, text=True,
+                           timeout=300, input=json.dumps({"lib": lib, "mod": mod, "work": work, "calls": [e for _, e in tests],
+                                                          "cands": [[m[0], m[2], m[4]] for m in cands]}))
+    finally:
+        shutil.rmtree(work)
+    if p.returncode != 0:
+        raise SystemExit("gen: probing %s: %s" % (mod, p.stderr[-2000:]))
+    found = []
+    for m, (hit, out) in zip(cands, json.loads(p.stdout)):
+        if len(found) >= want:
+            break
+        e, frames = TYPO_ERROR.match(out.rstrip("\n").split("\n")[-1]), FRAME.findall(out)
+        if hit < 0 or not e or (e.group(1) or e.group(2)) != m[4] or e.group(3) != m[3]:
+            continue  # Python suggests another name, or none
+        if frames and frames[-1] == (mod, str(m[0] + 1)):
+            found.append((m, tests[hit][0], out, tests[hit][1]))
+    return found
+
+
+def fix_command(mod, m):
+    idx, _, _, name, wrong = m
+    return "sed -i '%ds/%s/%s/' %s.py" % (idx + 1, wrong, name, mod)
+
+
+def conversation(mod, m, test_name, out, call=None):
+    """The statement (the failing test and the innermost frames of its call's
+    traceback), and the demonstration of the fix: sed, then submit."""
+    tb = out.rstrip("\n").split("\n")
+    first = max(i for i, l in enumerate(tb) if l.startswith('  File "/workspace/'))
+    statement = "%s fails:\n%s" % (test_name, "\n".join(l for l in tb[first:] if not l.startswith("    ")))
+    msgs = [{"role": "system", "content": harness.SYSTEM}, {"role": "user", "content": statement},
+            {"role": "assistant", "content": harness.reply_text(fix_command(mod, m))},
+            {"role": "user", "content": harness.observation(0, "")},
+            {"role": "assistant", "content": harness.reply_text("submit")}]
+    return statement, {"messages": msgs}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", default=os.path.join(HERE, "work"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--val-modules", type=int, default=3)
     ap.add_argument("--per-module", type=int, default=12, help="tasks per val module (at most)")
-    ap.add_argument("--train-per-module", type=int, default=6,
-                    help="tasks per train module (at most; the module's other mutants are demonstrated)")
-    ap.add_argument("--max-turns", type=int, default=8)
+    ap.add_argument("--train-per-module", type=int, default=8,
+                    help="tasks per train module (at most; the module's other typos are demonstrated)")
+    ap.add_argument("--module-demos", type=int, default=0, help="demonstrations per train module (default 0: all)")
+    ap.add_argument("--max-turns", type=int, default=5)
     ap.add_argument("--base", default=HERE, help="repo paths in the tasks are relative to this (controller.dir)")
-    ap.add_argument("--candidates", type=int, default=0, help="mutants tried per module (a seeded sample; default 0: all)")
     ap.add_argument("--modules", default="", help="comma-separated subset of lib/'s modules (default: all)")
     ap.add_argument("--variants", type=int, default=0,
-                    help="renamed copies of each train module whose mutants give more demonstrations (no tasks)")
-    ap.add_argument("--variant-demos", type=int, default=0,
-                    help="demonstrations per variant (a seeded sample of its mutants; default 0: all)")
+                    help="renamed copies of each train module whose typos give more demonstrations (no tasks)")
+    ap.add_argument("--variant-demos", type=int, default=3, help="demonstrations per variant")
     a = ap.parse_args()
     out = os.path.abspath(a.out)
     mods = modules()
@@ -321,190 +311,109 @@ def main():
     order = list(mods)
     random.Random(a.seed).shuffle(order)
     val_mods = set(order[:a.val_modules])
+    train_mods = [m for m in mods if m not in val_mods]
+    for mod in mods:
+        if any(r != "ok" for r in (run_tests(LIB, mod) or {"": "hung"}).values()):
+            raise SystemExit("gen: lib/'s own tests fail for %s" % mod)
 
-    # The sources: (library dir, module, split, lib/'s module it is a copy of).
-    scratch = tempfile.mkdtemp(prefix="swe-gen-")
-    sources = [(LIB, mod, "val" if mod in val_mods else "train", mod) for mod in mods]
+    # Every typo of every module, in a seeded order; the first valid ones are
+    # the module's tasks, the train modules' others its demonstrations.
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    cands = {}
+    for mod in mods:
+        rng = random.Random("%d-%s" % (a.seed, mod))
+        ms = mutants(open(os.path.join(LIB, mod + ".py")).read(), rng, 3)
+        rng.shuffle(ms)
+        cands[mod] = ms
+    valid = dict(zip(mods, pool.map(lambda mod: check(LIB, mod, cands[mod], len(cands[mod])), mods)))
 
-    def source_jobs(source):
-        """Every mutant of a source, in source order. Its key (lib/'s module,
-        line, rank among the line's mutants) is the same in a module and its
-        renamed variants: renaming changes no mutant but its names."""
-        lib, mod, _, origin = source
-        lines = open(os.path.join(lib, mod + ".py")).read().split("\n")
-        return [(lib, mod, idx, kind, new, (origin, idx, j)) for idx, line in enumerate(lines)
-                for j, (kind, new) in enumerate(mutants(line))]
-
-    def check(job):
-        lib, mod, idx, kind, new, _ = job
-        d = tempfile.mkdtemp(dir=scratch)
-        shutil.copy(os.path.join(lib, "test_%s.py" % mod), d)
-        lines = open(os.path.join(lib, mod + ".py")).read().split("\n")
-        lines[idx] = new
-        with open(os.path.join(d, mod + ".py"), "w") as f:
-            f.write("\n".join(lines))
-        res, log = run_tests(d, mod)
-        shutil.rmtree(d)
-        return res, log
-
-    def caught_mutants(srcs, jobs):
-        """{(lib, module): [(job, failed, passed, log)]}: the jobs some test caught."""
-        with concurrent.futures.ThreadPoolExecutor(4) as ex:
-            # a variant whose own tests do not all pass unmutated is dropped
-            intact = list(ex.map(lambda s: run_tests(s[0], s[1])[0], srcs))
-            results = list(ex.map(check, jobs))
-        broken = {s[:2] for s, res in zip(srcs, intact) if not res or any(r != "ok" for r in res.values())}
-        if any(s[2] != "variant" for s in srcs if s[:2] in broken):
-            raise SystemExit("gen: lib/'s own tests fail: %s" % sorted(m for _, m in broken))
-        caught = {s[:2]: [] for s in srcs if s[:2] not in broken}
-        for job, (res, log) in zip(jobs, results):
-            if not res or job[:2] in broken:  # hung, or the tests did not even load
-                continue
-            failed = sorted(t for t, r in res.items() if r in ("FAIL", "ERROR"))
-            if failed and not any(t.startswith("unittest.") for t in res):
-                caught[job[:2]].append((job, failed, sorted(t for t in res if t not in failed), log))
-        return caught
-
-    jobs = []
-    for src in sources:
-        mjobs = source_jobs(src)
-        if a.candidates > 0:  # a seeded sample, in source order
-            keep = list(range(len(mjobs)))
-            random.Random("%d-candidates-%s" % (a.seed, src[1])).shuffle(keep)
-            mjobs = [mjobs[i] for i in sorted(keep[:a.candidates])]
-        jobs += mjobs
-    caught = caught_mutants(sources, jobs)
-
-    # The tasks: a seeded sample of each module's caught mutants. No
-    # demonstration shows a task's mutation, in lib/ or in a variant: RL on
-    # the train tasks must find fixes it was not shown.
-    task_keys = set()
-    for lib, mod, split, _ in sources:
-        picked = list(range(len(caught[(lib, mod)])))
-        random.Random("%d-%s" % (a.seed, mod)).shuffle(picked)
-        k = a.per_module if split == "val" else a.train_per_module
-        task_keys |= {caught[(lib, mod)][n][0][5] for n in picked[:k]}
-
-    # Variants: renamed copies of the train modules (never of a val module),
-    # each demonstrating --variant-demos of the module's other caught mutants
-    # (a seeded sample; 0: all), so a made-up name is seen in few demonstrations.
-    variants, vjobs = [], []
-    taken_modules = set(modules())
-    demo_keys = {mod: [c[0][5] for c in caught[(lib, mod)] if c[0][5] not in task_keys]
-                 for lib, mod, split, _ in sources if split == "train"}
-    for v in range(a.variants):
-        for mod, keys in demo_keys.items():
-            rng = random.Random("%d-variant-%d-%s" % (a.seed, v, mod))
-            d = os.path.join(scratch, "variant-%d-%s" % (v, mod))
-            src = (d, variant(mod, rng, taken_modules, d), "variant", mod)
-            if a.variant_demos > 0:
-                keys = rng.sample(keys, min(a.variant_demos, len(keys)))
-            variants.append(src)
-            vjobs += [j for j in source_jobs(src) if j[5] in keys]
-    caught.update(caught_mutants(variants, vjobs))
-    sources += [s for s in variants if s[:2] in caught]
+    def task_of(mod, v):
+        m, test_name, rout, call = v
+        idx, kind, new = m[0], m[1], m[2]
+        tid = "%s-%d" % (mod, idx + 1) + "-" + m[4]
+        work = os.path.join(out, "repos", tid)
+        shutil.copytree(LIB, work, ignore=shutil.ignore_patterns("__pycache__"))
+        lines = open(os.path.join(LIB, mod + ".py")).read().split("\n")
+        with open(os.path.join(work, mod + ".py"), "w") as f:
+            f.write("\n".join(lines[:idx] + [new] + lines[idx + 1:]))
+        res = run_tests(work, mod)
+        failed = sorted(t for t, r in (res or {}).items() if r in ("FAIL", "ERROR"))
+        if not res or not any(t.endswith("." + test_name) for t in failed):
+            shutil.rmtree(work)
+            return None
+        statement, demo = conversation(mod, m, test_name, rout)
+        task = {"id": tid, "repo": os.path.relpath(work, a.base), "problem_statement": statement,
+                "test_command": "python3 -m unittest -v {tests}", "test_format": "unittest",
+                "fail_to_pass": failed, "pass_to_pass": sorted(t for t in res if t not in failed),
+                "hidden_files": ["test_%s.py" % mod], "max_turns": a.max_turns}
+        info = {"id": tid, "file": mod + ".py", "line": idx + 1, "kind": kind, "original": lines[idx], "mutated": new,
+                "call": call, "solution": demo}
+        return task, info
 
     if os.path.isdir(os.path.join(out, "repos")):
         shutil.rmtree(os.path.join(out, "repos"))
     os.makedirs(os.path.join(out, "repos"))
-    work = []  # (split, is a task, demonstrated, make's arguments)
-    for lib, mod, split, _ in sources:
-        for n, (job, failed, passed, log) in enumerate(caught[(lib, mod)]):
-            is_task = split != "variant" and job[5] in task_keys
-            demo = split != "val" and job[5] not in task_keys
-            if is_task or demo:
-                work.append((split, is_task, demo, (out, a, lib, mod, n, job, failed, passed, log, is_task)))
-    with concurrent.futures.ThreadPoolExecutor(4) as ex:
-        made = list(ex.map(lambda w: make(*w[3]), work))
+    # One train task a line (a line no demonstration on lib/'s module shows),
+    # one val task a misspelt name.
+    tasks, task_lines = {}, set()
+    for mod in mods:
+        k = a.per_module if mod in val_mods else a.train_per_module
+        tasks[mod], used = [], set()
+        for v in valid[mod]:
+            if len(tasks[mod]) >= k:
+                break
+            place = v[0][0] if mod in train_mods else v[0][:2] + (v[0][3],)
+            if place in used:
+                continue
+            t = task_of(mod, v)
+            if t:
+                tasks[mod].append(t)
+                used.add(place)
+                task_lines.add((v[0][0], mod))
+
+    # Demonstrations: the train modules' typos on lines no task mutates, and
+    # --variant-demos typos of each renamed copy (other names, other typos).
+    demos = []
+    for mod in train_mods:
+        rest = [v for v in valid[mod] if (v[0][0], mod) not in task_lines]
+        if a.module_demos > 0:
+            rest = rest[:a.module_demos]
+        demos += [conversation(mod, *v)[1] for v in rest]
+    scratch = tempfile.mkdtemp(prefix="swe-variants-")
+    taken_modules = set(modules())
+    jobs, variant_demos = [], 0
+    for vi in range(a.variants):
+        for mod in train_mods:
+            rng = random.Random("%d-variant-%d-%s" % (a.seed, vi, mod))
+            d = os.path.join(scratch, "variant-%d-%s" % (vi, mod))
+            vmod = variant(mod, rng, taken_modules, d)
+            ms = mutants(open(os.path.join(d, vmod + ".py")).read(), rng)
+            rng.shuffle(ms)
+            jobs.append((d, vmod, ms))
+    for n, ((d, vmod, _), found) in enumerate(zip(jobs, pool.map(lambda j: check(j[0], j[1], j[2], a.variant_demos), jobs))):
+        if (n + 1) % 50 == 0 or n + 1 == len(jobs):
+            print("gen: %d/%d renamed variants checked" % (n + 1, len(jobs)), file=sys.stderr, flush=True)
+        if all(r == "ok" for r in (run_tests(d, vmod) or {"": "hung"}).values()):
+            demos += [conversation(vmod, *v)[1] for v in found]
+            variant_demos += len(found)
     shutil.rmtree(scratch)
 
     files = {name: open(os.path.join(out, name), "w") for name in ("train.jsonl", "val.jsonl", "sft.jsonl", "mutations.jsonl", "heldout.jsonl")}
-    counts = {"train": 0, "val": 0, "sft": 0, "variant": 0,
-              "dropped": len(jobs) - sum(len(caught[s[:2]]) for s in sources if s[2] != "variant")}
-    for (split, is_task, demonstrated, _), m in zip(work, made):
-        if m is None:
-            continue
-        task, demo, info = m
-        if is_task:
-            info["solution"] = demo  # the demonstration of its fix, in no sft.jsonl
+    for mod in mods:
+        split = "val" if mod in val_mods else "train"
+        for task, info in tasks[mod]:
             files[split + ".jsonl"].write(json.dumps(task) + "\n")
             files["mutations.jsonl"].write(json.dumps(info) + "\n")
-            if split == "val" and demo is not None:
-                files["heldout.jsonl"].write(json.dumps(demo) + "\n")
-            counts[split] += 1
-        if demonstrated and demo is not None:
-            files["sft.jsonl"].write(json.dumps(demo) + "\n")
-            counts["sft"] += 1
-            counts["variant"] += split == "variant"
+            if split == "val":
+                files["heldout.jsonl"].write(json.dumps(info["solution"]) + "\n")
+    for d in demos:
+        files["sft.jsonl"].write(json.dumps(d) + "\n")
     for f in files.values():
         f.close()
-    print("gen: %d train tasks (%d modules), %d val tasks (%d modules: %s), %d demonstrations (%d on %d renamed variants), "
-          "%d mutants dropped (no test caught them)"
-          % (counts["train"], len(mods) - len(val_mods), counts["val"], len(val_mods), ", ".join(sorted(val_mods)),
-             counts["sft"], counts["variant"], sum(s[2] == "variant" for s in sources), counts["dropped"]))
-
-
-def make(out, a, lib, mod, n, job, failed, passed, log, keep_repo):
-    """The task, its demonstration and its mutation record, or None when no
-    reproducing one-liner or sed fix can be written for it."""
-    _, _, idx, kind, new, _ = job
-    src = open(os.path.join(lib, mod + ".py")).read()
-    lines = src.split("\n")
-    orig = lines[idx]
-    tid = "%s-%d" % (mod, n)
-    first = failed[0]
-    test_name = first.rsplit(".", 1)[1]
-    msg = failure_message(log, first)
-
-    work = tempfile.mkdtemp(prefix="swe-demo-")
-    try:
-        for f in os.listdir(lib):
-            if f.endswith(".py"):
-                shutil.copy(os.path.join(lib, f), work)
-        mutated = lines[:idx] + [new] + lines[idx + 1:]
-        with open(os.path.join(work, mod + ".py"), "w") as f:
-            f.write("\n".join(mutated))
-        # The assertion that fails, as a one-liner the agent can run (the tests are hidden).
-        repro = want = None
-        for expr in assertions(lib, mod, test_name):
-            if "'" in expr:
-                continue
-            cmd = "python3 -c 'from %s import *; print(%s)'" % (mod, expr)
-            mut_run, orig_run = sh(work, cmd), sh_cached(lib, cmd)
-            if mut_run[1] != orig_run[1]:
-                repro, want = cmd, orig_run[1].strip()
-                break
-        if repro is None:
-            return None
-        if keep_repo:
-            shutil.copytree(work, os.path.join(out, "repos", tid), ignore=shutil.ignore_patterns("__pycache__"))
-        old, fixed = fragment(orig, new)
-        eo, en = sed_escape(old), sed_escape(fixed, True)
-        statement = "%s fails in %s.py:\n%s\nReproduce: %s\nExpected output: %s" % (test_name, mod, msg, repro, want)
-        task = {"id": tid, "repo": os.path.relpath(os.path.join(out, "repos", tid), a.base),
-                "problem_statement": statement, "test_command": "python3 -m unittest -v {tests}",
-                "test_format": "unittest", "fail_to_pass": failed, "pass_to_pass": passed,
-                "hidden_files": ["test_%s.py" % mod], "max_turns": a.max_turns}
-        info = {"id": tid, "file": mod + ".py", "line": idx + 1, "kind": kind, "original": orig, "mutated": new}
-        demo = None
-        func = enclosing_function(lines, idx)
-        if eo is not None and en is not None and func:
-            os.remove(os.path.join(work, "test_%s.py" % mod))  # as the agent sees it
-            cmds = [repro, "awk '/def %s\\(/,/^$/ {print NR\": \"$0}' %s.py" % (func, mod),
-                    "sed -i '%ds|%s|%s|' %s.py" % (idx + 1, eo, en, mod), repro]
-            msgs = [{"role": "system", "content": harness.SYSTEM}, {"role": "user", "content": statement}]
-            for i, cmd in enumerate(cmds):
-                # the reproduction's runs before and after the fix are the ones made above
-                status, output = mut_run if i == 0 else orig_run if i == 3 else sh(work, cmd)
-                msgs.append({"role": "assistant", "content": harness.reply_text(cmd)})
-                msgs.append({"role": "user", "content": harness.observation(status, output)})
-            msgs.append({"role": "assistant", "content": harness.reply_text("submit")})
-            if open(os.path.join(work, mod + ".py")).read() == src:  # the fix restores the module exactly
-                demo = {"messages": msgs}
-        return task, demo, info
-    finally:
-        shutil.rmtree(work)
+    print("gen: %d train tasks (%d modules), %d val tasks (%d modules: %s), %d demonstrations (%d on %d renamed variants)"
+          % (sum(len(tasks[m]) for m in train_mods), len(train_mods), sum(len(tasks[m]) for m in val_mods), len(val_mods),
+             ", ".join(sorted(val_mods)), len(demos), variant_demos, a.variants * len(train_mods)))
 
 
 if __name__ == "__main__":
-    main()
+    probe_main() if sys.argv[1:] == ["--probe"] else main()

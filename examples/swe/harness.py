@@ -18,7 +18,7 @@ SWE_MAX_TOKENS (per reply, default 64), SWE_CMD_TIMEOUT (seconds, default 20).
 """
 import json, os, re, subprocess, sys, urllib.error, urllib.request
 
-SYSTEM = "Fix the bug. Reply with one ```bash block per turn. Run submit when done."
+SYSTEM = "Fix the bug."
 OBS_LIMIT = 400  # characters of command output shown to the model
 BLOCK = re.compile(r"```bash\n(.*?)\n?```", re.S)
 FORMAT_ERROR = "Format error: reply with exactly one ```bash block."

@@ -72,6 +72,8 @@ type mutation struct {
 	ID       string `json:"id"`
 	File     string `json:"file"`
 	Line     int    `json:"line"`
+	Original string `json:"original"`
+	Call     string `json:"call"`
 	Solution *demo  `json:"solution"`
 }
 
@@ -125,7 +127,7 @@ func generate(t *testing.T) string {
 			genDirs[i] = filepath.Join(root, string(rune('a'+i)))
 			cwd, _ := os.Getwd()
 			out, err := exec.Command(py, "gen.py", genDirs[i], "--modules", "dates,strutil", "--val-modules", "1",
-				"--per-module", "3", "--train-per-module", "3", "--candidates", "10", "--variants", "2", "--variant-demos", "2", "--seed", "7", "--base", cwd).CombinedOutput()
+				"--per-module", "3", "--train-per-module", "3", "--variants", "2", "--variant-demos", "2", "--seed", "7", "--base", cwd).CombinedOutput()
 			if err != nil {
 				genErr = errors.New("gen.py: " + err.Error() + "\n" + string(out))
 				return
@@ -144,6 +146,7 @@ func generate(t *testing.T) string {
 // at least one failing, its snapshot differs from the library in exactly
 // the mutated line, and the hidden files are the module's tests.
 func TestGen(t *testing.T) {
+	suggestion := regexp.MustCompile(`(?m)^(?:NameError|AttributeError): .*\. Did you mean: '(\w+)'\?$`)
 	if testing.Short() {
 		t.Skip("generates the task set twice and runs every module's tests (a minute)")
 	}
@@ -188,10 +191,13 @@ func TestGen(t *testing.T) {
 		if len(x.FailToPass) == 0 || !slices.Equal(all, moduleTests(t, mod)) {
 			t.Errorf("%s: fail_to_pass %v + pass_to_pass %v, the module's tests %v", x.ID, x.FailToPass, x.PassToPass, moduleTests(t, mod))
 		}
-		if !strings.Contains(x.ProblemStatement, "Reproduce: python3 -c ") || !strings.Contains(x.ProblemStatement, "Expected output: ") {
-			t.Errorf("%s: problem statement %q", x.ID, x.ProblemStatement)
-		}
+		// The statement names the mutated line and suggests the name it misspells.
 		m := muts[x.ID]
+		frame := fmt.Sprintf("  File \"/workspace/%s\", line %d, in ", m.File, m.Line)
+		sm := suggestion.FindStringSubmatch(x.ProblemStatement)
+		if !strings.Contains(x.ProblemStatement, frame) || sm == nil || !regexp.MustCompile(`\b`+sm[1]+`\b`).MatchString(m.Original) {
+			t.Errorf("%s: problem statement %q, mutation %+v", x.ID, x.ProblemStatement, m)
+		}
 		orig, _ := os.ReadFile(filepath.Join("lib", m.File))
 		mutant, err := os.ReadFile(filepath.Join(x.Repo, m.File))
 		if err != nil {
@@ -208,9 +214,10 @@ func TestGen(t *testing.T) {
 			t.Errorf("%s: snapshot not deterministic", x.ID)
 		}
 	}
-	// Every demonstration ends with submit after the reproduction printed
-	// the expected output. Those on renamed variants (--variants 2) name a
-	// module lib/ does not have, and none shows a val module's code.
+	// Every demonstration fixes the line its statement names with sed and
+	// submits. Those on renamed variants (--variants 2) name a module lib/
+	// does not have, none shows a val module's code, and those on lib/'s
+	// train modules are on lines no train task mutates.
 	libMods := map[string]bool{}
 	valDefs := map[string]bool{}
 	entries, err := os.ReadDir("lib")
@@ -236,21 +243,9 @@ func TestGen(t *testing.T) {
 	if len(valDefs) == 0 {
 		t.Fatal("no val functions found")
 	}
-	// No demonstration shows a task's mutation, even renamed: the listing
-	// of the mutated function and the fix, names blanked, differ from every
-	// task solution's.
-	ident := regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
-	shape := func(d demo) string {
-		return ident.ReplaceAllString(d.Messages[5].Content+"\n"+d.Messages[6].Content, "X")
-	}
-	solved := map[string]string{}
-	for _, x := range append(train, val...) {
-		if s := muts[x.ID].Solution; s != nil {
-			solved[shape(*s)] = x.ID
-		}
-	}
-	if len(solved) == 0 {
-		t.Fatal("no task has a solution")
+	taskLines := map[string]bool{}
+	for _, x := range train {
+		taskLines[fmt.Sprintf("%s:%d", muts[x.ID].File, muts[x.ID].Line)] = true
 	}
 	// heldout.jsonl (for agl sft --eval) holds the val tasks' solutions, in order.
 	var valSolutions []demo
@@ -263,19 +258,26 @@ func TestGen(t *testing.T) {
 	if len(valSolutions) == 0 || !reflect.DeepEqual(held, valSolutions) {
 		t.Errorf("heldout.jsonl has %d conversations, not the %d val solutions", len(held), len(valSolutions))
 	}
+	frameRe := regexp.MustCompile(`File "/workspace/(\w+)\.py", line (\d+), in `)
 	variants, perVariant := 0, map[string]int{}
 	for i, d := range readJSONL[demo](t, filepath.Join(dir, "sft.jsonl")) {
-		if id, ok := solved[shape(d)]; ok {
-			t.Errorf("demonstration %d shows the fix of task %s: %q", i, id, d.Messages[6].Content)
+		if len(d.Messages) != 5 || d.Messages[4].Content != "```bash\nsubmit\n```" {
+			t.Fatalf("demonstration %d: %d messages, ends %q", i, len(d.Messages), d.Messages[len(d.Messages)-1].Content)
 		}
 		st := d.Messages[1].Content
-		mod := st[strings.Index(st, " fails in ")+len(" fails in ") : strings.Index(st, ".py:")]
-		if !libMods[mod] {
+		f, sm := frameRe.FindStringSubmatch(st), suggestion.FindStringSubmatch(st)
+		if f == nil || sm == nil {
+			t.Fatalf("demonstration %d: statement %q", i, st)
+		}
+		fix := fmt.Sprintf("```bash\nsed -i '%ss/", f[2])
+		if !strings.HasPrefix(d.Messages[2].Content, fix) || !strings.HasSuffix(d.Messages[2].Content, "/"+sm[1]+"/' "+f[1]+".py\n```") {
+			t.Errorf("demonstration %d: fix %q for %q", i, d.Messages[2].Content, st)
+		}
+		if !libMods[f[1]] {
 			variants++
-			perVariant[mod]++
-			if !strings.Contains(d.Messages[4].Content, "awk '/def ") || !strings.Contains(d.Messages[6].Content, "sed -i ") || !strings.Contains(d.Messages[6].Content, mod+".py") {
-				t.Errorf("variant demonstration %d on %s: %q / %q", i, mod, d.Messages[4].Content, d.Messages[6].Content)
-			}
+			perVariant[f[1]]++
+		} else if taskLines[f[1]+".py:"+f[2]] {
+			t.Errorf("demonstration %d fixes line %s of %s.py, a train task's line", i, f[2], f[1])
 		}
 		for _, m := range d.Messages {
 			for name := range valDefs {
@@ -283,11 +285,6 @@ func TestGen(t *testing.T) {
 					t.Errorf("demonstration %d shows the val function %s: %q", i, name, m.Content)
 				}
 			}
-		}
-		n := len(d.Messages)
-		want := d.Messages[1].Content[strings.Index(d.Messages[1].Content, "Expected output: ")+len("Expected output: "):]
-		if n != 11 || d.Messages[n-1].Content != "```bash\nsubmit\n```" || d.Messages[n-2].Content != want {
-			t.Errorf("demonstration %d: %d messages, ends %q / %q", i, n, d.Messages[n-2].Content, d.Messages[n-1].Content)
 		}
 	}
 	if variants == 0 {
@@ -342,20 +339,19 @@ func TestHarnessInSandbox(t *testing.T) {
 	testutil.RequireBwrap(t)
 	dir := generate(t)
 	tk, dm := demoTask(t, dir)
-	var replies, observations []string
-	for _, m := range dm.Messages[2:] {
-		if m.Role == "assistant" {
-			replies = append(replies, m.Content)
-		} else {
-			observations = append(observations, m.Content)
-		}
-	}
+	m := muts(t, dir)[tk.ID]
+	// The task's call, run first: the sandbox's python3 prints the very
+	// traceback the statement quotes (gen.py printed it in-process).
+	call := fmt.Sprintf("```bash\npython3 -c 'from %s import *; print(%s)'\n```", strings.TrimSuffix(m.File, ".py"), m.Call)
+	replies := []string{call, dm.Messages[2].Content, dm.Messages[4].Content}
+	quoted := strings.SplitN(tk.ProblemStatement, "\n", 2)[1]
 	noFix := slices.Clone(replies)
-	noFix[2] = "```bash\necho " + "thinking" + "\n```"
+	noFix[1] = "```bash\necho " + "thinking" + "\n```"
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "agl.db"), sqlite.Options{})
+	dataDir, kept := t.TempDir(), t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dataDir, "agl.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,6 +381,7 @@ func TestHarnessInSandbox(t *testing.T) {
 		Sandbox: controller.SandboxConfig{Limits: sandbox.Limits{Timeout: 15 * time.Second, MemoryBytes: 256 << 20, Processes: 64,
 			DiskBytes: 64 << 20, OutputBytes: 64 << 10}, Env: []string{"PYTHONDONTWRITEBYTECODE=1"}},
 		Tests: controller.TestsConfig{Timeout: 60 * time.Second}}
+	cfg.Sandbox.KeepWorkspaces = kept
 	cctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- controller.Run(cctx, cfg) }()
@@ -404,11 +401,13 @@ func TestHarnessInSandbox(t *testing.T) {
 		check   func(t *testing.T, prompts []string)
 	}{
 		{"demonstration replayed", replies, 1, func(t *testing.T, prompts []string) {
-			last := prompts[len(prompts)-1]
-			for i, obs := range observations {
-				if !strings.Contains(last, obs) {
-					t.Errorf("observation %d of the demonstration %q is not what the harness sent:\n%s", i+1, obs, last)
-				}
+			// the statement leaves out the code lines (and the ^^^ under them)
+			obs := regexp.MustCompile(`(?m)^    .*\n`).ReplaceAllString(strings.TrimPrefix(prompts[1], prompts[0]), "")
+			if !strings.Contains(obs, quoted+"\n(exit 1)") {
+				t.Errorf("the call's observation does not end with the statement's traceback %q:\n%s", quoted, obs)
+			}
+			if obs := strings.TrimPrefix(prompts[2], prompts[1]); !strings.Contains(obs, dm.Messages[3].Content) {
+				t.Errorf("the fix's observation is not the demonstration's %q:\n%s", dm.Messages[3].Content, obs)
 			}
 		}},
 		{"no fix", noFix, 0, nil},
@@ -467,6 +466,14 @@ func TestHarnessInSandbox(t *testing.T) {
 				tc.check(t, prompts)
 			}
 		})
+	}
+	// recheck.py re-tests the kept final workspaces of these three val
+	// rollouts outside the sandbox that ran them: only the replayed
+	// demonstration passes, as the stored rewards say.
+	out, err := exec.CommandContext(ctx, testutil.Python(t), "recheck.py", dataDir, kept, "--base", cwd).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "3 tasks, resolved 1 (33.3%) by the stored rewards, 1 (33.3%) rechecked") ||
+		strings.Contains(string(out), "recheck: ") {
+		t.Errorf("recheck.py: %v\n%s", err, out)
 	}
 }
 
