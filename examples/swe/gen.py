@@ -70,8 +70,9 @@ def mutants(src, rng, per_name=1):
     more characters read in a function body: per_name misspellings each."""
     lines = src.split("\n")
     out, prev = [], None
-    names = {t.string for t in tokenize.generate_tokens(io.StringIO(src).readline) if t.type == tokenize.NAME} | RESERVED
-    for t in tokenize.generate_tokens(io.StringIO(src).readline):
+    toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
+    names = {t.string for t in toks if t.type == tokenize.NAME} | RESERVED
+    for t in toks:
         row = t.start[0] - 1
         body = lines[row].startswith((" ", "\t")) and not lines[row].lstrip().startswith(("def ", "#", '"""'))
         if t.type == tokenize.NAME and body and len(t.string) >= 3 and not keyword.iskeyword(t.string):
@@ -272,7 +273,7 @@ def fix_command(mod, m):
     return "sed -i '%ds/%s/%s/' %s.py" % (idx + 1, wrong, name, mod)
 
 
-def conversation(mod, m, test_name, out, call=None):
+def conversation(mod, m, test_name, out):
     """The statement (the failing test and the innermost frames of its call's
     traceback), and the demonstration of the fix: sed, then submit."""
     tb = out.rstrip("\n").split("\n")
@@ -378,7 +379,7 @@ def main():
         rest = [v for v in valid[mod] if (v[0][0], mod) not in task_lines]
         if a.module_demos > 0:
             rest = rest[:a.module_demos]
-        demos += [conversation(mod, *v)[1] for v in rest]
+        demos += [conversation(mod, *v[:3])[1] for v in rest]
     scratch = tempfile.mkdtemp(prefix="swe-variants-")
     taken_modules = set(modules())
     jobs, variant_demos = [], 0
@@ -390,12 +391,18 @@ def main():
             ms = mutants(open(os.path.join(d, vmod + ".py")).read(), rng)
             rng.shuffle(ms)
             jobs.append((d, vmod, ms))
-    for n, ((d, vmod, _), found) in enumerate(zip(jobs, pool.map(lambda j: check(j[0], j[1], j[2], a.variant_demos), jobs))):
+    def variant_typos(job):
+        """The job's demonstrable typos; none when the copy's own tests fail."""
+        d, vmod, ms = job
+        if any(r != "ok" for r in (run_tests(d, vmod) or {"": "hung"}).values()):
+            return []
+        return check(d, vmod, ms, a.variant_demos)
+
+    for n, ((_, vmod, _), found) in enumerate(zip(jobs, pool.map(variant_typos, jobs))):
         if (n + 1) % 50 == 0 or n + 1 == len(jobs):
             print("gen: %d/%d renamed variants checked" % (n + 1, len(jobs)), file=sys.stderr, flush=True)
-        if all(r == "ok" for r in (run_tests(d, vmod) or {"": "hung"}).values()):
-            demos += [conversation(vmod, *v)[1] for v in found]
-            variant_demos += len(found)
+        demos += [conversation(vmod, *v[:3])[1] for v in found]
+        variant_demos += len(found)
     shutil.rmtree(scratch)
 
     files = {name: open(os.path.join(out, name), "w") for name in ("train.jsonl", "val.jsonl", "sft.jsonl", "mutations.jsonl", "heldout.jsonl")}
