@@ -130,13 +130,9 @@ func (c *Bases) Forget(rid, aid string) {
 // the transaction stored becomes a base for later calls only once it
 // committed (Commit).
 type EncodeBatch struct {
-	c   *Bases
-	src BaseSource
-	// The bases stored in this transaction, by key: the first key's
-	// inline (most batches store one call: no map), others in more.
-	key  baseKey
-	self *CallBase
-	more map[baseKey]*CallBase
+	c       *Bases
+	src     BaseSource
+	pending map[baseKey]*CallBase
 }
 
 // BaseSource reads a backend's stored events for a base that is not
@@ -230,10 +226,7 @@ func (b *EncodeBatch) Encode(rid, aid string, e NewEvent) Encoding {
 // base returns the latest call of k: stored earlier in this batch,
 // cached, or read from the batch's BaseSource; nil when there is none.
 func (b *EncodeBatch) base(k baseKey) *CallBase {
-	if b.self != nil && b.key == k {
-		return b.self
-	}
-	if base := b.more[k]; base != nil {
+	if base := b.pending[k]; base != nil {
 		return base
 	}
 	if base := b.c.latest(k); base != nil {
@@ -289,27 +282,18 @@ func (b *EncodeBatch) Stored(rid, aid string, enc Encoding, seq int64) {
 		return
 	}
 	enc.self.Seq = seq
-	k := baseKey{rid, aid, enc.agent}
-	switch {
-	case b.self == nil || b.key == k:
-		b.key, b.self = k, enc.self
-	default:
-		if b.more == nil {
-			b.more = map[baseKey]*CallBase{}
-		}
-		b.more[k] = enc.self
+	if b.pending == nil {
+		b.pending = map[baseKey]*CallBase{}
 	}
+	b.pending[baseKey{rid, aid, enc.agent}] = enc.self
 }
 
 // Commit makes what the committed transaction stored bases of later calls.
 func (b *EncodeBatch) Commit() {
-	if b.self != nil {
-		b.c.put(&b.key, b.self)
-	}
-	for k, base := range b.more {
+	for k, base := range b.pending {
 		b.c.put(&k, base)
 	}
-	b.key, b.self, b.more = baseKey{}, nil, nil
+	b.pending = nil
 }
 
 // DecodeEvents replaces the Data of events read from the store (in
