@@ -262,7 +262,7 @@ func (o trainOpts) trained(ctx context.Context, st store.Store, sv *served, name
 	sv.engines = append(sv.engines, eng)
 	pub := &embeddedPublisher{eng: eng, live: o.live}
 	sv.pubs = append(sv.pubs, pub)
-	p, err := embedded.New(tr, pub, ref, embedded.OptionsFrom(o.tc))
+	p, err := embedded.New(modelDirCheckpoints{tr, modelDir}, pub, ref, embedded.OptionsFrom(o.tc))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -270,6 +270,22 @@ func (o trainOpts) trained(ctx context.Context, st store.Store, sv *served, name
 		return nil, nil, err
 	}
 	return p, eng, nil
+}
+
+// modelDirCheckpoints writes an embedded policy's checkpoints (the data
+// dir's checkpoint and best) as model directories: the weights and
+// optimizer state, and the tokenizer and chat files of the model_dir they
+// were trained from, so that one loads, serves or teaches like model_dir.
+type modelDirCheckpoints struct {
+	*model.Trainer
+	modelDir string
+}
+
+func (c modelDirCheckpoints) SaveCheckpoint(dir string) error {
+	if err := c.Trainer.SaveCheckpoint(dir); err != nil {
+		return err
+	}
+	return chat.CopyTokenizerFiles(c.modelDir, dir)
 }
 
 // single opens the run's one policy: the engine section's model, serving

@@ -126,6 +126,29 @@ func SaveDir(dir string, tok tokenizer.Tokenizer, cfg Config) error {
 	return SaveConfig(dir, cfg)
 }
 
+// CopyTokenizerFiles copies the tokenizer and chat files of model
+// directory from (tokenizer.json, agl_chat.json, tokenizer_config.json;
+// those it has) into to, so that weights written there (an SFT output, a
+// training checkpoint) load as a model directory of their own.
+func CopyTokenizerFiles(from, to string) error {
+	if filepath.Clean(from) == filepath.Clean(to) {
+		return nil
+	}
+	for _, name := range []string{tokenizer.FileName, ConfigFileName, "tokenizer_config.json"} {
+		data, err := os.ReadFile(filepath.Join(from, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("chat: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(to, name), data, 0o644); err != nil {
+			return fmt.Errorf("chat: %w", err)
+		}
+	}
+	return nil
+}
+
 // LoadDir loads a model directory's tokenizer (dir/tokenizer.json) and
 // chat template (dir/agl_chat.json). Without agl_chat.json the template is
 // inferred: a tokenizer with <|im_start|> and <|im_end|> (Qwen2/2.5/3,

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,7 +23,6 @@ import (
 	"github.com/aglrl/agl/model"
 	"github.com/aglrl/agl/samples"
 	"github.com/aglrl/agl/store"
-	"github.com/aglrl/agl/tokenizer"
 	"github.com/aglrl/agl/trainer"
 	"github.com/aglrl/agl/trainer/tinker"
 )
@@ -128,7 +126,7 @@ func runSFT(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writ
 		if err := tr.SaveCheckpoint(*out); err != nil {
 			return err
 		}
-		return copyTokenizerFiles(*modelDir, *out)
+		return chat.CopyTokenizerFiles(*modelDir, *out)
 	}
 	var saveErr error
 	last, err := model.SFT(ctx, tr, examples, o, func(p model.SFTProgress) {
@@ -374,25 +372,4 @@ func readSFTData(path string, tmpl maskedRenderer, maxLen int) ([]model.Example,
 		return nil, fmt.Errorf("sft: %s: no conversations", path)
 	}
 	return out, nil
-}
-
-// copyTokenizerFiles copies tokenizer.json and agl_chat.json next to the
-// checkpoint.
-func copyTokenizerFiles(from, to string) error {
-	if filepath.Clean(from) == filepath.Clean(to) {
-		return nil
-	}
-	for _, name := range []string{tokenizer.FileName, chat.ConfigFileName, "tokenizer_config.json"} {
-		data, err := os.ReadFile(filepath.Join(from, name))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("sft: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(to, name), data, 0o644); err != nil {
-			return fmt.Errorf("sft: %w", err)
-		}
-	}
-	return nil
 }

@@ -16,9 +16,11 @@ import (
 
 	"github.com/aglrl/agl/api"
 	"github.com/aglrl/agl/app"
+	"github.com/aglrl/agl/chat"
 	"github.com/aglrl/agl/config"
 	"github.com/aglrl/agl/store"
 	"github.com/aglrl/agl/store/sqlite"
+	"github.com/aglrl/agl/tokenizer"
 	"github.com/aglrl/agl/trainer"
 )
 
@@ -107,6 +109,18 @@ trainer:
 		if _, err := os.Stat(filepath.Join(dataDir, f)); err != nil {
 			t.Errorf("missing %s: %v", f, err)
 		}
+	}
+	// The checkpoint is a model directory: model_dir's tokenizer and chat
+	// files beside the weights.
+	for _, f := range []string{tokenizer.FileName, chat.ConfigFileName} {
+		want, errW := os.ReadFile(filepath.Join(dir, "model", f))
+		got, errG := os.ReadFile(filepath.Join(dataDir, "checkpoint", f))
+		if errW != nil || errG != nil || !bytes.Equal(got, want) {
+			t.Errorf("checkpoint/%s: %v, %v; equal to model_dir's: %v", f, errG, errW, bytes.Equal(got, want))
+		}
+	}
+	if _, err := chat.LoadDir(filepath.Join(dataDir, "checkpoint")); err != nil {
+		t.Errorf("checkpoint does not load as a model directory: %v", err)
 	}
 	st, err := app.OpenStore(ctx, config.Config{DataDir: dataDir}, nil, nil)
 	if err != nil {

@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
-# On-policy distillation on examples/calc: the warm start of run.sh (kept
-# in work/model) is the teacher; a `tiny` student with the teacher's
-# tokenizer and chat template (work/student, made once) learns from it
-# with `agl train agl-distill.yaml`. RL from scratch on the same student,
-# for comparison: the same config without its `distill:` line.
-#   examples/calc/distill.sh        (fresh run; removes examples/calc/run-distill)
+# On-policy distillation on examples/calc, against RL on the same student.
+# The teacher is run.sh's RL-trained model (run/best, the weights of its
+# best validation, kept by trainer.keep_best); the student is a model about
+# 5x smaller (student.json) with the teacher's tokenizer and chat template,
+# warm-started by the teacher's own recipe (warmstart.sh's two SFT steps)
+# into work/student, made once. From that same student:
+#   agl train agl-distill.yaml   on-policy distillation (run-distill)
+#   agl train agl-student.yaml   RL, no teacher (run-student)
+# Both print their held-out validations every 4 steps and their wall time.
+#   examples/calc/run.sh && examples/calc/distill.sh
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./warmstart.sh
-if [ ! -f work/student/model.safetensors ]; then
-	work/agl model init --preset ${STUDENT_PRESET:-tiny} --tokenizer work/model/tokenizer.json --out work/student
-	cp work/model/agl_chat.json work/student/
+if [ ! -f run/best/model.safetensors ]; then
+	echo "distill.sh: no teacher in examples/calc/run/best: run examples/calc/run.sh first" >&2
+	exit 1
 fi
-rm -rf run-distill
-exec work/agl train agl-distill.yaml "$@"
+if [ ! -f work/student/model.safetensors ]; then
+	rm -rf work/student-init work/student-skill
+	work/agl model init --config student.json --tokenizer work/model/tokenizer.json --out work/student-init
+	cp work/model/agl_chat.json work/student-init/
+	work/agl sft --model work/student-init --data work/sft_tool.jsonl --out work/student-skill \
+		--steps ${STUDENT_SKILL_STEPS:-800} --batch-size 16 --lr 0.003 --warmup 20
+	work/agl sft --model work/student-skill --data work/sft_mix.jsonl --out work/student \
+		--steps ${HABIT_STEPS:-60} --batch-size 16 --lr 0.001 --warmup 5
+fi
+rm -rf run-distill run-student
+time work/agl train agl-distill.yaml "$@"
+time work/agl train agl-student.yaml "$@"
