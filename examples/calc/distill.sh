@@ -3,7 +3,7 @@
 # The teacher is run.sh's RL-trained model (run/best, the weights of its
 # best validation, kept by trainer.keep_best); the student is a model about
 # 5x smaller (student.json) with the teacher's tokenizer and chat template,
-# warm-started by the teacher's own recipe (warmstart.sh's two SFT steps)
+# warm-started by the teacher's own recipe (warmstart.sh's warm_start)
 # into work/student, made once. From that same student:
 #   agl train agl-distill.yaml   on-policy distillation (run-distill)
 #   agl train agl-student.yaml   RL, no teacher (run-student)
@@ -20,10 +20,7 @@ if [ ! -f work/student/model.safetensors ]; then
 	rm -rf work/student-init work/student-skill
 	work/agl model init --config student.json --tokenizer work/model/tokenizer.json --out work/student-init
 	cp work/model/agl_chat.json work/student-init/
-	work/agl sft --model work/student-init --data work/sft_tool.jsonl --out work/student-skill \
-		--steps ${STUDENT_SKILL_STEPS:-800} --batch-size 16 --lr 0.003 --warmup 20
-	work/agl sft --model work/student-skill --data work/sft_mix.jsonl --out work/student \
-		--steps ${HABIT_STEPS:-60} --batch-size 16 --lr 0.001 --warmup 5
+	warm_start work/student-init work/student-skill work/student
 fi
 rm -rf run-distill run-student
 time work/agl train agl-distill.yaml "$@"

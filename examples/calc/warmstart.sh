@@ -11,14 +11,19 @@ PATH="$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$PATH"
 mkdir -p work
 go build -o work/agl ../../cmd/agl
 python3 make_data.py work
+# warm_start INIT SKILL OUT: the two SFT stages, from the model in INIT
+# through SKILL into OUT (also distill.sh's student).
+warm_start() {
+	# The skill: every demonstration calls the calculator, so the model
+	# learns to copy the numbers into the call and the result into its reply.
+	work/agl sft --model "$1" --data work/sft_tool.jsonl --out "$2" \
+		--steps ${SKILL_STEPS:-800} --batch-size 16 --lr 0.003 --warmup 20
+	# The habit: mostly answering from memory, which a tiny model gets wrong.
+	work/agl sft --model "$2" --data work/sft_mix.jsonl --out "$3" \
+		--steps ${HABIT_STEPS:-60} --batch-size 16 --lr 0.001 --warmup 5
+}
 if [ ! -f work/model/model.safetensors ]; then
 	cat work/sft_tool.jsonl work/sft_mix.jsonl > work/sft_all.jsonl
 	work/agl model init --preset ${PRESET:-1m} --bpe-data work/sft_all.jsonl --out work/init
-	# The skill: every demonstration calls the calculator, so the model
-	# learns to copy the numbers into the call and the result into its reply.
-	work/agl sft --model work/init --data work/sft_tool.jsonl --out work/skill \
-		--steps ${SKILL_STEPS:-800} --batch-size 16 --lr 0.003 --warmup 20
-	# The habit: mostly answering from memory, which a tiny model gets wrong.
-	work/agl sft --model work/skill --data work/sft_mix.jsonl --out work/model \
-		--steps ${HABIT_STEPS:-60} --batch-size 16 --lr 0.001 --warmup 5
+	warm_start work/init work/skill work/model
 fi
