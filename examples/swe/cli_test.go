@@ -37,7 +37,7 @@ func TestCLIConfigs(t *testing.T) {
 	ml := testutil.ChatML(t, "qwen3")
 	dir := generate(t)
 	tk, dm := demoTask(t, dir)
-	fix := bashBlock(t, dm.Messages[2].Content)
+	fix := bashBlock(t, dm.Messages[4].Content)
 	if !strings.Contains(fix, "sed -i") {
 		t.Fatalf("the demonstration's fix is %q, want a sed command", fix)
 	}
@@ -153,7 +153,8 @@ func TestCLIConfigs(t *testing.T) {
 	}
 }
 
-// demoTask is a train task with its solution (the demonstration of its fix).
+// demoTask is a train task with its solution (look at the line, swap its
+// operator back, submit).
 func demoTask(t *testing.T, dir string) (task, demo) {
 	t.Helper()
 	ms := muts(t, dir)

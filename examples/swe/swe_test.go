@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -69,12 +70,12 @@ type task struct {
 }
 
 type mutation struct {
-	ID       string `json:"id"`
-	File     string `json:"file"`
-	Line     int    `json:"line"`
-	Original string `json:"original"`
-	Call     string `json:"call"`
-	Solution *demo  `json:"solution"`
+	ID         string `json:"id"`
+	File       string `json:"file"`
+	Line       int    `json:"line"`
+	Shown      string `json:"shown"`       // the operator the mutated line has
+	OriginalOp string `json:"original_op"` // the one lib/ has
+	Solution   *demo  `json:"solution"`
 }
 
 type demo struct {
@@ -126,8 +127,8 @@ func generate(t *testing.T) string {
 		for i := range genDirs {
 			genDirs[i] = filepath.Join(root, string(rune('a'+i)))
 			cwd, _ := os.Getwd()
-			out, err := exec.Command(py, "gen.py", genDirs[i], "--modules", "dates,strutil", "--val-modules", "1",
-				"--per-module", "3", "--train-per-module", "3", "--variants", "2", "--variant-demos", "2", "--seed", "7", "--base", cwd).CombinedOutput()
+			out, err := exec.Command(py, "gen.py", genDirs[i], "--modules", "dates,mathx,money", "--val", "3",
+				"--sites", "6", "--seed", "7", "--base", cwd).CombinedOutput()
 			if err != nil {
 				genErr = errors.New("gen.py: " + err.Error() + "\n" + string(out))
 				return
@@ -141,12 +142,14 @@ func generate(t *testing.T) string {
 }
 
 // TestGen: the generator is deterministic (byte-identical files and
-// snapshots for one seed), train and val tasks come from disjoint modules,
+// snapshots for one seed); train and val tasks are on disjoint lines;
 // every task's FAIL_TO_PASS and PASS_TO_PASS split the module's tests with
-// at least one failing, its snapshot differs from the library in exactly
-// the mutated line, and the hidden files are the module's tests.
+// at least one failing; its snapshot differs from the library in exactly
+// the line its statement names, by one operator swapped for its
+// neighbour; its solution looks at that line and swaps it back; the
+// demonstrations show every other operator of the kind at each site, none
+// on a val line of lib/.
 func TestGen(t *testing.T) {
-	suggestion := regexp.MustCompile(`(?m)^(?:NameError|AttributeError): .*\. Did you mean: '(\w+)'\?$`)
 	if testing.Short() {
 		t.Skip("generates the task set twice and runs every module's tests (a minute)")
 	}
@@ -164,25 +167,25 @@ func TestGen(t *testing.T) {
 	}
 	train := readJSONL[task](t, filepath.Join(dir, "train.jsonl"))
 	val := readJSONL[task](t, filepath.Join(dir, "val.jsonl"))
-	if len(train) == 0 || len(val) == 0 {
+	if len(train) == 0 || len(val) != 3 { // --val 3
 		t.Fatalf("%d train, %d val tasks", len(train), len(val))
 	}
 	muts := map[string]mutation{}
 	for _, m := range readJSONL[mutation](t, filepath.Join(dir, "mutations.jsonl")) {
 		muts[m.ID] = m
 	}
-	module := func(x task) string { return strings.TrimSuffix(strings.TrimPrefix(x.HiddenFiles[0], "test_"), ".py") }
-	trainMods := map[string]bool{}
-	for _, x := range train {
-		trainMods[module(x)] = true
-	}
+	swap := map[string]string{"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==", "+": "-", "-": "+"}
+	statementRe := regexp.MustCompile(`^(test_\w+) fails\. The bug is on line (\d+) of (\w+\.py)\.$`)
+	valLines := map[string]bool{}
 	for _, x := range val {
-		if trainMods[module(x)] {
-			t.Errorf("val task %s is from train module %s", x.ID, module(x))
-		}
+		valLines[fmt.Sprintf("%s:%d", muts[x.ID].File, muts[x.ID].Line)] = true
 	}
-	for _, x := range append(train, val...) {
-		mod := module(x)
+	for i, x := range append(train, val...) {
+		m := muts[x.ID]
+		mod := strings.TrimSuffix(m.File, ".py")
+		if i < len(train) && valLines[fmt.Sprintf("%s:%d", m.File, m.Line)] {
+			t.Errorf("train task %s is on a val line", x.ID)
+		}
 		if len(x.HiddenFiles) != 1 || x.HiddenFiles[0] != "test_"+mod+".py" || x.TestCommand != "python3 -m unittest -v {tests}" {
 			t.Errorf("%s: hidden %v, test command %q", x.ID, x.HiddenFiles, x.TestCommand)
 		}
@@ -191,12 +194,10 @@ func TestGen(t *testing.T) {
 		if len(x.FailToPass) == 0 || !slices.Equal(all, moduleTests(t, mod)) {
 			t.Errorf("%s: fail_to_pass %v + pass_to_pass %v, the module's tests %v", x.ID, x.FailToPass, x.PassToPass, moduleTests(t, mod))
 		}
-		// The statement names the mutated line and suggests the name it misspells.
-		m := muts[x.ID]
-		frame := fmt.Sprintf("  File \"/workspace/%s\", line %d, in ", m.File, m.Line)
-		sm := suggestion.FindStringSubmatch(x.ProblemStatement)
-		if !strings.Contains(x.ProblemStatement, frame) || sm == nil || !regexp.MustCompile(`\b`+sm[1]+`\b`).MatchString(m.Original) {
-			t.Errorf("%s: problem statement %q, mutation %+v", x.ID, x.ProblemStatement, m)
+		// The statement names the first failing test and the mutated line.
+		sm := statementRe.FindStringSubmatch(x.ProblemStatement)
+		if sm == nil || !strings.HasSuffix(x.FailToPass[0], "."+sm[1]) || sm[2] != fmt.Sprint(m.Line) || sm[3] != m.File {
+			t.Errorf("%s: problem statement %q, mutation %+v, fail_to_pass %v", x.ID, x.ProblemStatement, m, x.FailToPass)
 		}
 		orig, _ := os.ReadFile(filepath.Join("lib", m.File))
 		mutant, err := os.ReadFile(filepath.Join(x.Repo, m.File))
@@ -209,92 +210,98 @@ func TestGen(t *testing.T) {
 				t.Errorf("%s: line %d differs %v, the mutation is on line %d", x.ID, i+1, ol[i] != ml[i], m.Line)
 			}
 		}
+		// One operator, swapped for its neighbour; the solution looks at the
+		// line (the observation is the mutated line) and swaps it back.
+		if swap[m.OriginalOp] != m.Shown || strings.Replace(ml[m.Line-1], m.Shown, m.OriginalOp, 1) != ol[m.Line-1] {
+			t.Errorf("%s: %q shows %q for %q: not the swap %q", x.ID, ml[m.Line-1], m.Shown, m.OriginalOp, ol[m.Line-1])
+		}
+		want := []string{x.ProblemStatement, fmt.Sprintf("```bash\nsed -n '%dp' %s\n```", m.Line, m.File), ml[m.Line-1],
+			fmt.Sprintf("```bash\nsed -i '%ds/%s/%s/' %s\n```", m.Line, m.Shown, m.OriginalOp, m.File), "(no output)", "```bash\nsubmit\n```"}
+		if got := contents(m.Solution); !slices.Equal(got, want) {
+			t.Errorf("%s: solution %q, want %q", x.ID, got, want)
+		}
 		b, _ := os.ReadFile(filepath.Join(genDirs[1], "repos", x.ID, m.File))
 		if string(b) != string(mutant) {
 			t.Errorf("%s: snapshot not deterministic", x.ID)
 		}
 	}
-	// Every demonstration fixes the line its statement names with sed and
-	// submits. Those on renamed variants (--variants 2) name a module lib/
-	// does not have, none shows a val module's code, and those on lib/'s
-	// train modules are on lines no train task mutates.
-	libMods := map[string]bool{}
-	valDefs := map[string]bool{}
-	entries, err := os.ReadDir("lib")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range entries {
-		if mod, ok := strings.CutSuffix(f.Name(), ".py"); ok && !strings.HasPrefix(mod, "test_") {
-			libMods[mod] = true
-		}
-	}
-	for _, x := range val {
-		src, err := os.ReadFile(filepath.Join("lib", module(x)+".py"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(src), "\n") {
-			if name, ok := strings.CutPrefix(line, "def "); ok {
-				valDefs[name[:strings.Index(name, "(")]] = true
-			}
-		}
-	}
-	if len(valDefs) == 0 {
-		t.Fatal("no val functions found")
-	}
-	taskLines := map[string]bool{}
-	for _, x := range train {
-		taskLines[fmt.Sprintf("%s:%d", muts[x.ID].File, muts[x.ID].Line)] = true
-	}
 	// heldout.jsonl (for agl sft --eval) holds the val tasks' solutions, in order.
 	var valSolutions []demo
 	for _, x := range val {
-		if s := muts[x.ID].Solution; s != nil {
-			valSolutions = append(valSolutions, *s)
-		}
+		valSolutions = append(valSolutions, *muts[x.ID].Solution)
 	}
 	held := readJSONL[demo](t, filepath.Join(dir, "heldout.jsonl"))
-	if len(valSolutions) == 0 || !reflect.DeepEqual(held, valSolutions) {
+	if !reflect.DeepEqual(held, valSolutions) {
 		t.Errorf("heldout.jsonl has %d conversations, not the %d val solutions", len(held), len(valSolutions))
 	}
-	frameRe := regexp.MustCompile(`File "/workspace/(\w+)\.py", line (\d+), in `)
-	variants, perVariant := 0, map[string]int{}
+	// Every demonstration looks at the line its statement names and
+	// replaces the operator it shows; each site gets every other operator
+	// of the kind once. Those on lib/ (no shift, the line as lib/ has it)
+	// are off the val lines; most are on renamed copies.
+	kinds := [][]string{{"<", "<=", ">", ">=", "==", "!="}, {"+", "-", "*"}}
+	fixRe := regexp.MustCompile(`^` + "```bash\\nsed -i '(\\d+)s/([^/]+)/([^/]+)/' (\\w+\\.py)\\n```" + `$`)
+	lib := map[string][]string{}
+	sites := map[string][]string{} // file:line line shown-operator -> its replacements
 	for i, d := range readJSONL[demo](t, filepath.Join(dir, "sft.jsonl")) {
-		if len(d.Messages) != 5 || d.Messages[4].Content != "```bash\nsubmit\n```" {
-			t.Fatalf("demonstration %d: %d messages, ends %q", i, len(d.Messages), d.Messages[len(d.Messages)-1].Content)
+		c := contents(&d)
+		sm := statementRe.FindStringSubmatch(c[0])
+		fm := fixRe.FindStringSubmatch(c[3])
+		if len(c) != 6 || sm == nil || fm == nil || c[1] != fmt.Sprintf("```bash\nsed -n '%sp' %s\n```", sm[2], sm[3]) ||
+			fm[1] != sm[2] || fm[4] != sm[3] || c[4] != "(no output)" || c[5] != "```bash\nsubmit\n```" {
+			t.Fatalf("demonstration %d: %q", i, c)
 		}
-		st := d.Messages[1].Content
-		f, sm := frameRe.FindStringSubmatch(st), suggestion.FindStringSubmatch(st)
-		if f == nil || sm == nil {
-			t.Fatalf("demonstration %d: statement %q", i, st)
+		if !strings.Contains(c[2], fm[2]) {
+			t.Errorf("demonstration %d replaces %q, not in the line %q", i, fm[2], c[2])
 		}
-		fix := fmt.Sprintf("```bash\nsed -i '%ss/", f[2])
-		if !strings.HasPrefix(d.Messages[2].Content, fix) || !strings.HasSuffix(d.Messages[2].Content, "/"+sm[1]+"/' "+f[1]+".py\n```") {
-			t.Errorf("demonstration %d: fix %q for %q", i, d.Messages[2].Content, st)
+		sameKind := false
+		for _, k := range kinds {
+			sameKind = sameKind || (slices.Contains(k, fm[2]) && slices.Contains(k, fm[3]) && fm[2] != fm[3])
 		}
-		if !libMods[f[1]] {
-			variants++
-			perVariant[f[1]]++
-		} else if taskLines[f[1]+".py:"+f[2]] {
-			t.Errorf("demonstration %d fixes line %s of %s.py, a train task's line", i, f[2], f[1])
+		if !sameKind {
+			t.Errorf("demonstration %d: %s for %s, not another operator of its kind", i, fm[3], fm[2])
 		}
-		for _, m := range d.Messages {
-			for name := range valDefs {
-				if strings.Contains(m.Content, name+"(") {
-					t.Errorf("demonstration %d shows the val function %s: %q", i, name, m.Content)
-				}
+		if _, ok := lib[sm[3]]; !ok {
+			b, err := os.ReadFile(filepath.Join("lib", sm[3]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib[sm[3]] = strings.Split(string(b), "\n")
+		}
+		key := sm[3] + ":" + sm[2]
+		if n, _ := strconv.Atoi(sm[2]); valLines[key] && n <= len(lib[sm[3]]) && strings.Replace(c[2], fm[2], swap[fm[2]], 1) == lib[sm[3]][n-1] {
+			t.Errorf("demonstration %d is on lib/'s val line %s", i, key)
+		}
+		sites[key+" "+c[2]+" "+fm[2]] = append(sites[key+" "+c[2]+" "+fm[2]], fm[3])
+	}
+	for site, fixes := range sites {
+		shown := site[strings.LastIndex(site, " ")+1:]
+		var want []string
+		for _, k := range kinds {
+			if slices.Contains(k, shown) {
+				want = slices.DeleteFunc(slices.Clone(k), func(o string) bool { return o == shown })
 			}
 		}
-	}
-	if variants == 0 {
-		t.Error("no demonstration on a renamed variant")
-	}
-	for mod, n := range perVariant {
-		if n > 2 { // --variant-demos 2
-			t.Errorf("variant %s has %d demonstrations, want at most 2", mod, n)
+		slices.Sort(want)
+		slices.Sort(fixes)
+		if !slices.Equal(fixes, want) {
+			t.Errorf("site %s: replacements %v, want every other operator of the kind once: %v", site, fixes, want)
 		}
 	}
+	if len(sites) < 20 {
+		t.Errorf("%d demonstrated sites", len(sites))
+	}
+}
+
+// contents lists a conversation's messages after the system prompt.
+func contents(d *demo) []string {
+	if d == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range d.Messages[1:] {
+		out = append(out, m.Content)
+	}
+	return out
 }
 
 // moduleTests lists the test ids of lib/test_MOD.py as unittest prints them.
@@ -330,21 +337,17 @@ func rewardString(r *float64) string {
 
 // TestHarnessInSandbox runs harness.py on a generated train task through
 // the real controller and sandbox, with a scripted model behind a real
-// gateway: replaying the task's demonstration resolves it (reward 1 from
-// the hidden tests) and every observation the harness sends back is the
-// one the demonstration recorded (so the warm start trains on what the
-// harness really shows); without the fix, or with replies that are not
-// one bash block, the reward is 0.
+// gateway: replaying the task's solution resolves it (reward 1 from the
+// hidden tests) and every observation the harness sends back is the one
+// the solution recorded, as the demonstrations do (so the warm start
+// trains on what the harness really shows); without the fix, or with
+// replies that are not one bash block, the reward is 0.
 func TestHarnessInSandbox(t *testing.T) {
 	testutil.RequireBwrap(t)
 	dir := generate(t)
 	tk, dm := demoTask(t, dir)
-	m := muts(t, dir)[tk.ID]
-	// The task's call, run first: the sandbox's python3 prints the very
-	// traceback the statement quotes (gen.py printed it in-process).
-	call := fmt.Sprintf("```bash\npython3 -c 'from %s import *; print(%s)'\n```", strings.TrimSuffix(m.File, ".py"), m.Call)
-	replies := []string{call, dm.Messages[2].Content, dm.Messages[4].Content}
-	quoted := strings.SplitN(tk.ProblemStatement, "\n", 2)[1]
+	// look at the line, swap its operator back, submit
+	replies := []string{dm.Messages[2].Content, dm.Messages[4].Content, dm.Messages[6].Content}
 	noFix := slices.Clone(replies)
 	noFix[1] = "```bash\necho " + "thinking" + "\n```"
 
@@ -400,14 +403,13 @@ func TestHarnessInSandbox(t *testing.T) {
 		reward  float64
 		check   func(t *testing.T, prompts []string)
 	}{
-		{"demonstration replayed", replies, 1, func(t *testing.T, prompts []string) {
-			// the statement leaves out the code lines (and the ^^^ under them)
-			obs := regexp.MustCompile(`(?m)^    .*\n`).ReplaceAllString(strings.TrimPrefix(prompts[1], prompts[0]), "")
-			if !strings.Contains(obs, quoted+"\n(exit 1)") {
-				t.Errorf("the call's observation does not end with the statement's traceback %q:\n%s", quoted, obs)
-			}
-			if obs := strings.TrimPrefix(prompts[2], prompts[1]); !strings.Contains(obs, dm.Messages[3].Content) {
-				t.Errorf("the fix's observation is not the demonstration's %q:\n%s", dm.Messages[3].Content, obs)
+		{"solution replayed", replies, 1, func(t *testing.T, prompts []string) {
+			// what the harness showed after each command is what the
+			// demonstrations record: the line, then no output
+			for i, want := range []string{dm.Messages[3].Content, dm.Messages[5].Content} {
+				if obs := strings.TrimPrefix(prompts[i+1], prompts[i]); !strings.Contains(obs, want) {
+					t.Errorf("observation %d is not the solution's %q:\n%s", i+1, want, obs)
+				}
 			}
 		}},
 		{"no fix", noFix, 0, nil},
