@@ -28,7 +28,7 @@ import (
 // (their controller and proxy sections as agl train reads them; cli.py
 // starting the real pinned CLI inside the sandbox) on a generated task,
 // with a scripted model behind a real gateway: the CLI's shell tool runs
-// the demonstration's fix (reward 1 from the hidden tests) or a wrong
+// the solution's fix (reward 1 from the hidden tests) or a wrong
 // one (reward 0).
 func TestCLIConfigs(t *testing.T) {
 	testutil.RequireBwrap(t)
@@ -39,7 +39,7 @@ func TestCLIConfigs(t *testing.T) {
 	tk, dm := demoTask(t, dir)
 	fix := bashBlock(t, dm.Messages[4].Content)
 	if !strings.Contains(fix, "sed -i") {
-		t.Fatalf("the demonstration's fix is %q, want a sed command", fix)
+		t.Fatalf("the solution's fix is %q, want a sed command", fix)
 	}
 	line := taskLine(t, dir, tk.ID)
 	exe, err := os.Executable()
