@@ -132,7 +132,7 @@ RESERVED = set(keyword.kwlist) | set(dir(__import__("builtins"))) | set(sys.stdl
 def renamed(src, test_src, rng):
     """src and its test names with the names the module defines (functions,
     parameters, variables; attributes and keyword arguments kept) replaced by
-    others of WORDS, and 1-40 comment lines on top: the same code at other
+    others of WORDS, and 0-40 comment lines on top: the same code at other
     lines and under other names."""
     names, kw = set(), set()
     for node in ast.walk(ast.parse(src)):
@@ -164,7 +164,7 @@ def renamed(src, test_src, rng):
             prev = t.string
     for row, c0, c1, new in reversed(edits):
         lines[row] = lines[row][:c0] + new + lines[row][c1:]
-    shift = rng.choice([0, rng.randint(1, 40)])  # a third of lib/'s lines are one digit: keep them, at times
+    shift = rng.choice([0, rng.randint(1, 40)])  # lib/'s first lines are one digit: keep them, half the time
     head = ["# " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8))) for _ in range(shift)]
     tests = [("test_" + mapping[n[5:]]) if n[5:] in mapping else n for n in test_names(test_src)]
     return "\n".join(head + lines), tests, len(head)
@@ -223,8 +223,9 @@ def main():
                 "original": lines[row], "mutated": new, "solution": solution}
         return mod, row, shown, task, info
 
+    lib_sites = {m: sites(srcs[m]) for m in mods}
     pool = concurrent.futures.ThreadPoolExecutor(4)
-    found = [t for t in pool.map(task_of, [(m, s) for m in mods for s in sites(srcs[m])]) if t]
+    found = [t for t in pool.map(task_of, [(m, s) for m in mods for s in lib_sites[m]]) if t]
     # Validation: a.val of the tasks, spread evenly over the operators shown
     # (and, shuffled by the seed within an operator, over the modules).
     rng = random.Random(a.seed)
@@ -233,7 +234,7 @@ def main():
     # Each module keeps a site off the validation lines, for demonstrations:
     # without them the model never writes the module's file name.
     n, k = len(found), min(a.val, len(found) * 3 // 5)
-    left = {m: len(sites(srcs[m])) for m in mods}
+    left = {m: len(lib_sites[m]) for m in mods}
     val = []
     for i, t in enumerate(found):
         if (i + 1) * k // n > len(val) and left[t[0]] > 1:

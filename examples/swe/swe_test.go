@@ -236,7 +236,7 @@ func TestGen(t *testing.T) {
 	}
 	// Every demonstration looks at the line its statement names and
 	// replaces the operator it shows; each site gets every other operator
-	// of the kind once. Those on lib/ (no shift, the line as lib/ has it)
+	// of the kind once (so each replacement is of the operator's kind). Those on lib/ (no shift, the line as lib/ has it)
 	// are off the val lines; most are on renamed copies.
 	kinds := [][]string{{"<", "<=", ">", ">=", "==", "!="}, {"+", "-", "*"}}
 	fixRe := regexp.MustCompile(`^` + "```bash\\nsed -i '(\\d+)s/([^/]+)/([^/]+)/' (\\w+\\.py)\\n```" + `$`)
@@ -244,21 +244,17 @@ func TestGen(t *testing.T) {
 	sites := map[string][]string{} // file:line line shown-operator -> its replacements
 	for i, d := range readJSONL[demo](t, filepath.Join(dir, "sft.jsonl")) {
 		c := contents(&d)
+		if len(c) != 6 {
+			t.Fatalf("demonstration %d: %q", i, c)
+		}
 		sm := statementRe.FindStringSubmatch(c[0])
 		fm := fixRe.FindStringSubmatch(c[3])
-		if len(c) != 6 || sm == nil || fm == nil || c[1] != fmt.Sprintf("```bash\nsed -n '%sp' %s\n```", sm[2], sm[3]) ||
+		if sm == nil || fm == nil || c[1] != fmt.Sprintf("```bash\nsed -n '%sp' %s\n```", sm[2], sm[3]) ||
 			fm[1] != sm[2] || fm[4] != sm[3] || c[4] != "(no output)" || c[5] != "```bash\nsubmit\n```" {
 			t.Fatalf("demonstration %d: %q", i, c)
 		}
 		if !strings.Contains(c[2], fm[2]) {
 			t.Errorf("demonstration %d replaces %q, not in the line %q", i, fm[2], c[2])
-		}
-		sameKind := false
-		for _, k := range kinds {
-			sameKind = sameKind || (slices.Contains(k, fm[2]) && slices.Contains(k, fm[3]) && fm[2] != fm[3])
-		}
-		if !sameKind {
-			t.Errorf("demonstration %d: %s for %s, not another operator of its kind", i, fm[3], fm[2])
 		}
 		if _, ok := lib[sm[3]]; !ok {
 			b, err := os.ReadFile(filepath.Join("lib", sm[3]))
