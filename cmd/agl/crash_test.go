@@ -156,11 +156,9 @@ const vllmAnswer = `{"id":"up","object":"chat.completion","created":1,"model":"m
 	`"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"logprobs":{"content":[{"token":"ok","logprob":-0.5}]},` +
 	`"finish_reason":"stop","token_ids":[7]}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`
 
-// upstreamConfig starts a loopback upstream that answers every call with
-// vllmAnswer and writes dir/agl.yaml: extra YAML (top-level sections), then
-// an engine section naming that upstream as model "m". It returns the
-// config's path.
-func upstreamConfig(t *testing.T, dir, extra string) string {
+// vllmUpstream is a loopback vLLM-format upstream answering every call
+// with vllmAnswer; it is closed when t ends.
+func vllmUpstream(t *testing.T) *httptest.Server {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -168,6 +166,16 @@ func upstreamConfig(t *testing.T, dir, extra string) string {
 		io.WriteString(w, vllmAnswer)
 	}))
 	t.Cleanup(up.Close)
+	return up
+}
+
+// upstreamConfig starts a loopback upstream that answers every call with
+// vllmAnswer and writes dir/agl.yaml: extra YAML (top-level sections), then
+// an engine section naming that upstream as model "m". It returns the
+// config's path.
+func upstreamConfig(t *testing.T, dir, extra string) string {
+	t.Helper()
+	up := vllmUpstream(t)
 	cfg := filepath.Join(dir, "agl.yaml")
 	yml := extra + "engine:\n  upstream:\n    models:\n      - name: m\n        endpoints: [\"" + up.URL + "/v1\"]\n"
 	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {

@@ -6,10 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -162,12 +160,7 @@ func TestTrainPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, vllmAnswer)
-	}))
-	defer up.Close()
+	up := vllmUpstream(t)
 	cfgPath := trainDir(t, ctx, dir, "testdata/agents_harness.py", 6, func(string) string {
 		return fmt.Sprintf(`data_dir: run
 policies:

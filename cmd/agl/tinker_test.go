@@ -5,10 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,12 +42,7 @@ func TestTrainTinkerPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, vllmAnswer)
-	}))
-	defer up.Close()
+	up := vllmUpstream(t)
 	svc := tinkertest.New("tml-stand-in", 0, 11)
 	defer svc.Close()
 	cfgPath := tinkerTrainDir(t, ctx, dir, svc, up.URL, self, 1)
@@ -198,12 +190,7 @@ func TestTrainTinkerResumeAfterKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, vllmAnswer)
-	}))
-	defer up.Close()
+	up := vllmUpstream(t)
 	svc := tinkertest.New("tml-stand-in", 0, 11)
 	defer svc.Close()
 	const steps = 3
