@@ -5,7 +5,6 @@
 package calc
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -28,26 +27,6 @@ type task struct {
 	Answer     int    `json:"answer"`
 }
 
-func readJSONL[T any](t *testing.T, path string) []T {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
 // TestMakeData: the generator is deterministic, train and val tasks are
 // disjoint, answers are right, the skill demonstrations all call the
 // calculator and the habit ones mix calculator calls with answers from
@@ -68,8 +47,8 @@ func TestMakeData(t *testing.T) {
 			t.Errorf("%s: not deterministic or empty (%d, %d bytes)", name, len(a), len(b))
 		}
 	}
-	train := readJSONL[task](t, filepath.Join(dirs[0], "train.jsonl"))
-	val := readJSONL[task](t, filepath.Join(dirs[0], "val.jsonl"))
+	train := testutil.ReadJSONL[task](t, filepath.Join(dirs[0], "train.jsonl"))
+	val := testutil.ReadJSONL[task](t, filepath.Join(dirs[0], "val.jsonl"))
 	if len(train) != 300 || len(val) != 50 {
 		t.Fatalf("%d train, %d val tasks", len(train), len(val))
 	}
@@ -98,7 +77,7 @@ func TestMakeData(t *testing.T) {
 	// calculator, for multiplications and for the others; every other one
 	// must answer from memory.
 	count := func(name string) (timesTool, times, otherTool, other int) {
-		demos := readJSONL[demo](t, filepath.Join(dirs[0], name))
+		demos := testutil.ReadJSONL[demo](t, filepath.Join(dirs[0], name))
 		for _, d := range demos {
 			tool := len(d.Messages) == 5 && len(d.Messages[2].ToolCalls) == 1
 			if !tool && (len(d.Messages) != 3 || !strings.HasPrefix(d.Messages[2].Content, "The answer is ")) {

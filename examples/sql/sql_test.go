@@ -6,7 +6,6 @@
 package sql
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -28,26 +27,6 @@ type task struct {
 	Gold     string `json:"gold"`
 }
 
-func readJSONL[T any](t *testing.T, path string) []T {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
 func makeData(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -63,7 +42,7 @@ func makeData(t *testing.T) string {
 // other template of its pair); every gold query runs and returns rows.
 func TestMakeData(t *testing.T) {
 	dir := makeData(t)
-	train, val := readJSONL[task](t, filepath.Join(dir, "train.jsonl")), readJSONL[task](t, filepath.Join(dir, "val.jsonl"))
+	train, val := testutil.ReadJSONL[task](t, filepath.Join(dir, "train.jsonl")), testutil.ReadJSONL[task](t, filepath.Join(dir, "val.jsonl"))
 	if len(train) < 40 || len(val) < 40 {
 		t.Fatalf("%d train, %d val tasks", len(train), len(val))
 	}
@@ -144,7 +123,7 @@ for line in open(sys.argv[2]):
 // script: the loop, the read-only database and the reward.
 func TestHarness(t *testing.T) {
 	dir := makeData(t)
-	val := readJSONL[task](t, filepath.Join(dir, "val.jsonl"))
+	val := testutil.ReadJSONL[task](t, filepath.Join(dir, "val.jsonl"))
 	var q task
 	for _, x := range val {
 		if strings.HasPrefix(x.ID, "city-") {

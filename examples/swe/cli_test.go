@@ -158,7 +158,7 @@ func TestCLIConfigs(t *testing.T) {
 func demoTask(t *testing.T, dir string) (task, demo) {
 	t.Helper()
 	ms := muts(t, dir)
-	for _, x := range readJSONL[task](t, filepath.Join(dir, "train.jsonl")) {
+	for _, x := range testutil.ReadJSONL[task](t, filepath.Join(dir, "train.jsonl")) {
 		if s := ms[x.ID].Solution; s != nil {
 			return x, *s
 		}
@@ -170,7 +170,7 @@ func demoTask(t *testing.T, dir string) (task, demo) {
 func muts(t *testing.T, dir string) map[string]mutation {
 	t.Helper()
 	m := map[string]mutation{}
-	for _, x := range readJSONL[mutation](t, filepath.Join(dir, "mutations.jsonl")) {
+	for _, x := range testutil.ReadJSONL[mutation](t, filepath.Join(dir, "mutations.jsonl")) {
 		m[x.ID] = x
 	}
 	return m

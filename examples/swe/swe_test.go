@@ -10,7 +10,6 @@
 package swe
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,26 +84,6 @@ type demo struct {
 	} `json:"messages"`
 }
 
-func readJSONL[T any](t *testing.T, path string) []T {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<22)
-	for sc.Scan() {
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
 var (
 	genOnce sync.Once
 	genRoot string // removed after the tests
@@ -165,13 +144,13 @@ func TestGen(t *testing.T) {
 			t.Errorf("%s: not deterministic or empty (%d, %d bytes)", name, len(a), len(b))
 		}
 	}
-	train := readJSONL[task](t, filepath.Join(dir, "train.jsonl"))
-	val := readJSONL[task](t, filepath.Join(dir, "val.jsonl"))
+	train := testutil.ReadJSONL[task](t, filepath.Join(dir, "train.jsonl"))
+	val := testutil.ReadJSONL[task](t, filepath.Join(dir, "val.jsonl"))
 	if len(train) == 0 || len(val) != 3 { // --val 3
 		t.Fatalf("%d train, %d val tasks", len(train), len(val))
 	}
 	muts := map[string]mutation{}
-	for _, m := range readJSONL[mutation](t, filepath.Join(dir, "mutations.jsonl")) {
+	for _, m := range testutil.ReadJSONL[mutation](t, filepath.Join(dir, "mutations.jsonl")) {
 		muts[m.ID] = m
 	}
 	swap := map[string]string{"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==", "+": "-", "-": "+"}
@@ -230,7 +209,7 @@ func TestGen(t *testing.T) {
 	for _, x := range val {
 		valSolutions = append(valSolutions, *muts[x.ID].Solution)
 	}
-	held := readJSONL[demo](t, filepath.Join(dir, "heldout.jsonl"))
+	held := testutil.ReadJSONL[demo](t, filepath.Join(dir, "heldout.jsonl"))
 	if !reflect.DeepEqual(held, valSolutions) {
 		t.Errorf("heldout.jsonl has %d conversations, not the %d val solutions", len(held), len(valSolutions))
 	}
@@ -242,7 +221,7 @@ func TestGen(t *testing.T) {
 	fixRe := regexp.MustCompile(`^` + "```bash\\nsed -i '(\\d+)s/([^/]+)/([^/]+)/' (\\w+\\.py)\\n```" + `$`)
 	lib := map[string][]string{}
 	sites := map[string][]string{} // file:line line shown-operator -> its replacements
-	for i, d := range readJSONL[demo](t, filepath.Join(dir, "sft.jsonl")) {
+	for i, d := range testutil.ReadJSONL[demo](t, filepath.Join(dir, "sft.jsonl")) {
 		c := contents(&d)
 		if len(c) != 6 {
 			t.Fatalf("demonstration %d: %q", i, c)
