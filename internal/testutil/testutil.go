@@ -1,7 +1,7 @@
 // Package testutil holds the helpers that the tests of several packages
 // share: the repository's fixtures (testdata/), a scripted engine standing
 // in for the model, a loopback address, a SQLite store in a temporary
-// folder, and the gates of the tests that need an external program
+// folder, a JSON Lines reader, and the gates of the tests that need an external program
 // (bubblewrap, the coding CLIs, python3): a missing program skips the
 // test, unless its AGL_REQUIRE_* variable makes that a failure. The short
 // lane (go test -short) also skips the real coding CLIs ([CLIs]) and
