@@ -250,11 +250,12 @@ def main():
     # Demonstrations: every other operator of its kind at every site of lib/
     # off the validation lines, and at a.sites sites of renamed copies of
     # each module (off the copies of the validation lines too).
-    def demonstrate(mod, src, tests, shift):
-        """The demonstrations at src's sites (lib/'s mod shifted down shift
-        lines) that are off the validation lines, and how many sites."""
+    def demonstrate(mod, src, src_sites, tests, shift):
+        """The demonstrations at src's sites src_sites (src is lib/'s mod
+        shifted down shift lines) that are off the validation lines, and how
+        many sites."""
         out, n = [], 0
-        for row, new, shown, _ in sites(src):
+        for row, new, shown, _ in src_sites:
             if row >= shift and (mod, row - shift) not in val_lines:
                 st = statement(test_for(src, row, tests), mod + ".py", row + 1)
                 out += [conversation(st, mod + ".py", row + 1, new, shown, c) for c in candidates(shown)]
@@ -263,13 +264,13 @@ def main():
 
     demos = []
     for mod in mods:
-        demos += demonstrate(mod, srcs[mod], tests[mod], 0)[0]
+        demos += demonstrate(mod, srcs[mod], lib_sites[mod], tests[mod], 0)[0]
     for mod in mods:
         done, vi = 0, 0
         while done < a.sites and vi < 50 * a.sites:
             src, vtests, shift = renamed(srcs[mod], test_srcs[mod], random.Random("%d-variant-%d-%s" % (a.seed, vi, mod)))
             vi += 1
-            more, n = demonstrate(mod, src, vtests, shift)
+            more, n = demonstrate(mod, src, sites(src), vtests, shift)
             demos += more
             done += n
     random.Random(a.seed).shuffle(demos)
